@@ -1,0 +1,71 @@
+# Two entry points for a fresh machine: `make demo` and `make test`.
+# Everything else here is what they need, built once and remembered in .stamps/.
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMPS := .stamps
+# torch from the CUDA build runs on CPU too; torchvision must match it (ultralytics needs it).
+TORCH_SPEC ?= torch==2.14.1 torchvision==0.29.1
+PYTRITON_SPEC ?= nvidia-pytriton==0.7.0
+# The Python environment the embedded Triton's Python-backend models run in.
+# Triton 2.51's stub is built against numpy 1.x: with numpy 2 every tensor a
+# model returns arrives empty. So the models get their own venv: numpy<2, the
+# small CPU build of torch (TorchScript only) and OpenCV built for numpy 1.x.
+TRITON_VENV ?= .venv-triton
+TRITON_ENV_SPEC ?= "numpy<2" torch==2.13.0 "opencv-python-headless<4.11"
+TARGET ?= cpu
+# Detector input (HxW): the footage and most cameras are 16:9, and a 736x1280
+# letterbox does 42 % less work than the square 1280 default of the converter.
+MODEL_INPUT_SIZE ?= 736x1280
+MODEL_SOURCES := $(wildcard converters/*.py converters/*/*.py converters/templates/*) \
+	$(wildcard model_repository/plate_recognition/1/*.py)
+
+.PHONY: setup models test demo lint clean
+
+setup: $(STAMPS)/venv $(STAMPS)/triton-env $(STAMPS)/system
+
+$(STAMPS)/venv: pyproject.toml
+	@mkdir -p $(STAMPS)
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet $(TORCH_SPEC)
+	$(BIN)/pip install --quiet -e '.[convert,dev]'
+	@# The wheel is only a carrier for the tritonserver binary; its metadata pins numpy<2.
+	$(BIN)/pip install --quiet --no-deps $(PYTRITON_SPEC)
+	@touch $@
+
+$(STAMPS)/triton-env: Makefile
+	@mkdir -p $(STAMPS)
+	test -x $(TRITON_VENV)/bin/python || $(PYTHON) -m venv $(TRITON_VENV)
+	$(TRITON_VENV)/bin/pip install --quiet $(TRITON_ENV_SPEC)
+	@touch $@
+
+# The Triton Python-backend stub links Debian's libpython3.11.
+$(STAMPS)/system:
+	@mkdir -p $(STAMPS)
+	@if ! ldconfig -p | grep -q 'libpython3.11.so.1.0'; then \
+		apt-get update -qq && apt-get install -y -qq libpython3.11; fi
+	@touch $@
+
+# Weights are verified (sha256) or downloaded, then exported into model_repository/.
+models: $(STAMPS)/models-$(TARGET)
+$(STAMPS)/models-$(TARGET): $(STAMPS)/venv $(MODEL_SOURCES)
+	$(BIN)/python -m converters fetch
+	$(BIN)/python -m converters build --target $(TARGET) --input-size $(MODEL_INPUT_SIZE)
+	@rm -f $(STAMPS)/models-*
+	@touch $@
+
+test: setup models
+	$(BIN)/python -m pytest
+
+demo: setup models
+	$(BIN)/python -m streamer recognise $${DEMO_VIDEO:-$$($(BIN)/python -c 'from converters import assets; print(assets.default_assets_dir() / "media/yard_cam.ts")')}
+
+lint: $(STAMPS)/venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+clean:
+	rm -rf $(STAMPS) model_repository/detector model_repository/stn model_repository/lprnet \
+		model_repository/plate_recognition/config.pbtxt model_repository/build_info.json

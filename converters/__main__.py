@@ -1,0 +1,5 @@
+"""Command line: ``python -m converters {fetch,build,check}``."""
+
+from converters.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,107 @@
+"""``python -m converters``: fetch the assets, build a Triton repository, check one."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from converters import assets
+from converters.errors import ConversionError
+from converters.paths import MODEL_REPOSITORY
+
+
+def _progress(message: str) -> None:
+    print(message, flush=True)
+
+
+def _fetch(args: argparse.Namespace) -> int:
+    root = args.assets_dir or assets.default_assets_dir()
+    wanted = [a for a in assets.ASSETS if args.only == "all" or a.path.startswith(args.only)]
+    try:
+        paths = assets.fetch(wanted, root, progress=_progress)
+    except assets.AssetError as exc:
+        raise ConversionError(str(exc)) from exc
+    for path in paths:
+        _progress(f"ok {path}")
+    return 0
+
+
+def _build(args: argparse.Namespace) -> int:
+    # Imported here: torch is needed to build, not to fetch or check.
+    from converters import detector, repository
+
+    options = repository.BuildOptions(
+        target=args.target,
+        assets_dir=args.assets_dir,
+        out=args.out,
+        input_hw=detector.parse_input_size(args.input_size),
+        detector_checkpoint=args.detector,
+        conf_threshold=args.conf_threshold,
+        iou_threshold=args.iou_threshold,
+        gpu_instances=args.gpu_instances,
+    )
+    repository.build(options, _progress)
+    return 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    from converters.model_config import load_config
+
+    configs = sorted(args.repository.glob("*/config.pbtxt"))
+    if not configs:
+        raise ConversionError(f"{args.repository}: no */config.pbtxt found")
+    for path in configs:
+        config = load_config(path)
+        kinds = ",".join(f"{g.count}x{type(g).Kind.Name(g.kind)}" for g in config.instance_group)
+        backend = config.platform or config.backend
+        batching = "dynamic" if config.HasField("dynamic_batching") else "none"
+        _progress(
+            f"{config.name}: {backend}, max_batch_size={config.max_batch_size}, "
+            f"batching={batching}, instances={kinds or 'default'}"
+        )
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m converters", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    fetch = sub.add_parser("fetch", help="download missing weights/media and check sha256")
+    fetch.add_argument(
+        "--assets-dir",
+        type=Path,
+        help="default: $LPR_ASSETS_DIR, ../shared/assets or the user cache",
+    )
+    fetch.add_argument("--only", choices=("all", "weights", "media"), default="all")
+    fetch.set_defaults(func=_fetch)
+
+    build = sub.add_parser("build", help="export the models and write a Triton repository")
+    build.add_argument("--target", choices=("cpu", "gpu"), default="cpu")
+    build.add_argument("--assets-dir", type=Path, help="folder holding weights/ (see fetch)")
+    build.add_argument("--out", type=Path, default=MODEL_REPOSITORY, help="repository folder")
+    build.add_argument(
+        "--input-size", default="1280", help="detector input, N or HxW (default 1280)"
+    )
+    build.add_argument("--detector", type=Path, help="own detector: Ultralytics .pt or TorchScript")
+    build.add_argument("--conf-threshold", type=float, default=0.25)
+    build.add_argument("--iou-threshold", type=float, default=0.45)
+    build.add_argument("--gpu-instances", type=int, default=1, help="instances per GPU model")
+    build.set_defaults(func=_build)
+
+    check = sub.add_parser("check", help="parse every config.pbtxt of a repository")
+    check.add_argument("repository", type=Path, nargs="?", default=MODEL_REPOSITORY)
+    check.set_defaults(func=_check)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except ConversionError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted: the output folder was left as it was", file=sys.stderr)
+        return 130

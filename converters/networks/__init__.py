@@ -1,0 +1,1 @@
+"""PyTorch definitions of the recognition networks, written to load the original checkpoints."""

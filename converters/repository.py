@@ -1,0 +1,199 @@
+"""Build a complete Triton model repository for a target (cpu or gpu).
+
+Everything is checked and written into a scratch folder first; only when every
+model has been exported, compared and its config parsed does the build move
+into the output folder. A failed build leaves the output as it was.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from converters import assets, detector, recognisers
+from converters.errors import ConversionError
+from converters.model_config import (
+    TensorModel,
+    parse_config,
+    render_plate_recognition,
+    render_tensor_model,
+)
+from converters.paths import BLS_CODE_DIR, BLS_MODEL, MODEL_REPOSITORY, TEMPLATES
+
+#: Largest |eager - TorchScript| accepted for the recognisers.
+MAX_EXPORT_DIFFERENCE = 1e-5
+BUILD_INFO = "build_info.json"
+TARGETS = ("cpu", "gpu")
+RECOGNISER_MAX_BATCH = 64
+
+
+@dataclass
+class BuildOptions:
+    target: str = "cpu"
+    assets_dir: Path | None = None  # default: assets.default_assets_dir()
+    out: Path = MODEL_REPOSITORY
+    input_hw: tuple[int, int] = (detector.DEFAULT_INPUT_SIZE, detector.DEFAULT_INPUT_SIZE)
+    detector_checkpoint: Path | None = None  # default: the asset YOLOv8n checkpoint
+    conf_threshold: float = 0.25
+    iou_threshold: float = 0.45
+    max_plates: int = 16
+    gpu_instances: int = 1
+    extra_info: dict[str, object] = field(default_factory=dict)
+
+
+def _weights(options: BuildOptions, progress: Callable[[str], None]) -> dict[str, Path]:
+    """The three checkpoints, the known ones verified against their sha256."""
+    root = options.assets_dir or assets.default_assets_dir()
+    paths: dict[str, Path] = {}
+    for name, asset_name in (
+        ("lprnet", "weights/lprnet.pth"),
+        ("stn", "weights/stn.pth"),
+        ("detector", "weights/plate_detector_yolov8n.pt"),
+    ):
+        if name == "detector" and options.detector_checkpoint is not None:
+            paths[name] = options.detector_checkpoint  # the user's own: no known hash
+            continue
+        asset = assets.asset(asset_name)
+        try:
+            paths[name] = assets.verify(asset, root)
+        except assets.AssetError as exc:
+            raise ConversionError(str(exc)) from exc
+        progress(f"{name}: {paths[name]} (sha256 ok)")
+    return paths
+
+
+def _tensor_models(exported: detector.ExportedDetector) -> dict[str, TensorModel]:
+    h, w = exported.input_hw
+    return {
+        "detector": TensorModel(
+            name="detector",
+            input_dims=(3, h, w),
+            output_dims=exported.output_shape,
+            cpu_max_batch_size=4,
+            cpu_torch_threads=2,
+            gpu_max_batch_size=16,
+            gpu_preferred_batch_sizes=(4, 8, 16),
+        ),
+        "stn": TensorModel(
+            name="stn",
+            input_dims=recognisers.SPECS["stn"].input_chw,
+            output_dims=recognisers.SPECS["stn"].output_shape,
+            cpu_max_batch_size=RECOGNISER_MAX_BATCH,
+            cpu_torch_threads=1,
+            gpu_max_batch_size=RECOGNISER_MAX_BATCH,
+            gpu_preferred_batch_sizes=(16, 32, 64),
+        ),
+        "lprnet": TensorModel(
+            name="lprnet",
+            input_dims=recognisers.SPECS["lprnet"].input_chw,
+            output_dims=recognisers.SPECS["lprnet"].output_shape,
+            cpu_max_batch_size=RECOGNISER_MAX_BATCH,
+            cpu_torch_threads=1,
+            gpu_max_batch_size=RECOGNISER_MAX_BATCH,
+            gpu_preferred_batch_sizes=(16, 32, 64),
+        ),
+    }
+
+
+def _write_model(
+    staging: Path, model: TensorModel, module: torch.jit.ScriptModule, target: str, instances: int
+) -> None:
+    version = staging / model.name / "1"
+    version.mkdir(parents=True)
+    torch.jit.save(module, str(version / "model.pt"))
+    config_text = render_tensor_model(model, target, instances)
+    parse_config(config_text, f"{model.name}/config.pbtxt")
+    (staging / model.name / "config.pbtxt").write_text(config_text)
+    if target == "cpu":
+        shutil.copyfile(TEMPLATES / "torchscript_model.py", version / "model.py")
+
+
+def build(options: BuildOptions, progress: Callable[[str], None] = print) -> Path:
+    """Export all models for ``options.target`` into ``options.out``; return it."""
+    if options.target not in TARGETS:
+        raise ConversionError(f"unknown target {options.target!r}: use one of {TARGETS}")
+    started = time.monotonic()
+    weights = _weights(options, progress)
+
+    modules: dict[str, torch.jit.ScriptModule] = {}
+    for name in ("stn", "lprnet"):
+        spec = recognisers.SPECS[name]
+        eager = recognisers.load_checkpoint(spec, weights[name])
+        scripted = recognisers.export_torchscript(spec, eager)
+        difference = recognisers.max_abs_difference(spec, eager, scripted)
+        if difference > MAX_EXPORT_DIFFERENCE:
+            raise ConversionError(
+                f"{name}: TorchScript differs from eager by {difference:.2e} "
+                f"(> {MAX_EXPORT_DIFFERENCE:.0e})"
+            )
+        progress(f"{name}: exported to TorchScript, max |eager - scripted| = {difference:.1e}")
+        modules[name] = scripted
+
+    exported = detector.export_detector(weights["detector"], options.input_hw, progress)
+    modules["detector"] = exported.module
+    models = _tensor_models(exported)
+
+    out = options.out.resolve()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=f".{out.name}.building-", dir=out.parent) as tmp:
+        staging = Path(tmp)
+        for name, model in models.items():
+            progress(f"{name}: writing {options.target} model")
+            _write_model(staging, model, modules[name], options.target, options.gpu_instances)
+
+        bls_config = render_plate_recognition(
+            input_height=options.input_hw[0],
+            input_width=options.input_hw[1],
+            head_layout=exported.layout,
+            recogniser_max_batch_size=RECOGNISER_MAX_BATCH,
+            conf_threshold=options.conf_threshold,
+            iou_threshold=options.iou_threshold,
+            max_plates=options.max_plates,
+            crop_pad_ratio=0.2,
+        )
+        parse_config(bls_config, f"{BLS_MODEL}/config.pbtxt")
+        (staging / BLS_MODEL / "1").mkdir(parents=True)
+        (staging / BLS_MODEL / "config.pbtxt").write_text(bls_config)
+        for source in sorted(BLS_CODE_DIR.glob("*.py")):
+            shutil.copyfile(source, staging / BLS_MODEL / "1" / source.name)
+
+        info = {
+            "target": options.target,
+            "input_hw": list(options.input_hw),
+            "detector_layout": exported.layout,
+            "detector_output": list(exported.output_shape),
+            "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "torch": torch.__version__,
+            **options.extra_info,
+        }
+        (staging / BUILD_INFO).write_text(json.dumps(info, indent=2) + "\n")
+        _install(staging, out, [*models, BLS_MODEL])
+    progress(f"built {options.target} repository in {out} ({time.monotonic() - started:.1f} s)")
+    return out
+
+
+def _install(staging: Path, out: Path, model_names: list[str]) -> None:
+    """Move the staged models into ``out``, replacing older builds of them.
+
+    The hand-written BLS files in the source repository are left in place (the
+    staged copies are identical); only its generated config is replaced there.
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    (out / BUILD_INFO).unlink(missing_ok=True)  # an interrupted install has no build info
+    for name in model_names:
+        target = out / name
+        if name == BLS_MODEL and target.resolve() == BLS_CODE_DIR.parent.resolve():
+            (staging / name / "config.pbtxt").replace(target / "config.pbtxt")
+            continue
+        if target.exists():
+            trash = staging / f"{name}.old"
+            target.replace(trash)
+        (staging / name).replace(target)
+    (staging / BUILD_INFO).replace(out / BUILD_INFO)

@@ -1,0 +1,162 @@
+"""plate_recognition: decoupled BLS model, one BGR frame in, every plate out.
+
+For each request (one frame, UINT8 HxWx3 BGR, any size):
+    letterbox -> detector -> head decode + NMS -> crops -> stn -> lprnet -> CTC decode
+and one response with the outputs ``boxes`` [N, 4] (x1, y1, x2, y2 in frame
+pixels), ``det_scores`` [N], ``texts`` [N] and ``text_scores`` [N], sent with the
+FINAL flag (also when N is 0: the aio gRPC client cannot ask for an empty final
+response). A bad request gets an error response; the others are not affected.
+
+``execute`` is a coroutine: Triton runs many requests of this one instance
+concurrently, and their BLS sub-requests reach the callees together, where the
+dynamic batchers merge them. numpy/OpenCV work runs in threads (OpenCV releases
+the GIL) so it does not stall the other requests' awaits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import numpy as np
+import plate_ops
+import triton_python_backend_utils as pb_utils
+
+
+class RequestError(Exception):
+    """The request itself is invalid: answered with an error, nothing else affected."""
+
+
+class TritonPythonModel:
+    def initialize(self, args: dict[str, Any]) -> None:
+        config = json.loads(args["model_config"])
+        if not pb_utils.using_decoupled_model_transaction_policy(config):
+            raise pb_utils.TritonModelException(
+                "plate_recognition: model_transaction_policy { decoupled: true } is required"
+            )
+        params = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
+        try:
+            self.detector = params["detector_model"]
+            self.stn = params["stn_model"]
+            self.lprnet = params["lprnet_model"]
+            self.input_hw = (
+                int(params["detector_input_height"]),
+                int(params["detector_input_width"]),
+            )
+            self.head_layout = params.get("detector_head_layout", "auto")
+            self.detector_batch = int(params.get("detector_max_batch_size", "1"))
+            self.recogniser_batch = int(params.get("recogniser_max_batch_size", "32"))
+            self.conf_threshold = float(params.get("conf_threshold", "0.25"))
+            self.iou_threshold = float(params.get("iou_threshold", "0.45"))
+            self.max_plates = int(params.get("max_plates", "16"))
+            self.crop_pad_ratio = float(params.get("crop_pad_ratio", str(plate_ops.CROP_PAD_RATIO)))
+        except (KeyError, ValueError) as exc:
+            raise pb_utils.TritonModelException(
+                f"plate_recognition: bad or missing parameter in config.pbtxt: {exc}"
+            ) from exc
+        if self.head_layout not in ("auto", "v5", "v8"):
+            raise pb_utils.TritonModelException(
+                f"plate_recognition: detector_head_layout must be auto, v5 or v8, "
+                f"got {self.head_layout!r}"
+            )
+        self.in_flight = 0
+
+    async def execute(self, requests: list[Any]) -> None:
+        await asyncio.gather(*(self._serve(request) for request in requests))
+        return None
+
+    async def _serve(self, request: Any) -> None:
+        sender = request.get_response_sender()
+        self.in_flight += 1
+        try:
+            response = await self._recognise(request)
+        except RequestError as exc:
+            response = pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc)))
+        except Exception as exc:  # a failed sub-model: answer this request, keep serving
+            pb_utils.Logger.log_error(f"plate_recognition: request failed: {exc!r}")
+            response = pb_utils.InferenceResponse(
+                error=pb_utils.TritonError(f"plate_recognition failed: {exc}")
+            )
+        finally:
+            self.in_flight -= 1
+        sender.send(response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+
+    async def _recognise(self, request: Any) -> Any:
+        tensor = pb_utils.get_input_tensor_by_name(request, "image")
+        if tensor is None:
+            raise RequestError("input 'image' is missing")
+        frame = tensor.as_numpy()
+        try:
+            plate_ops.validate_frame(frame)
+        except ValueError as exc:
+            raise RequestError(str(exc)) from exc
+
+        detector_input, transform = await asyncio.to_thread(
+            plate_ops.letterbox, frame, self.input_hw
+        )
+        head = await self._infer(self.detector, detector_input[None])
+        detections = await asyncio.to_thread(self._postprocess, head[0], transform, frame.shape)
+        if len(detections) == 0:
+            return self._response(detections, [], np.zeros((0,), np.float32))
+
+        crops = await asyncio.to_thread(
+            plate_ops.crop_plates, frame, detections.boxes, self.crop_pad_ratio
+        )
+        logits = await self._recognise_crops(crops)
+        texts, text_scores = plate_ops.ctc_greedy_decode(logits)
+        return self._response(detections, texts, text_scores)
+
+    def _postprocess(
+        self, head: np.ndarray, transform: plate_ops.Letterbox, frame_shape: tuple[int, ...]
+    ) -> plate_ops.Detections:
+        detections = plate_ops.decode_head(head, self.conf_threshold, self.head_layout)
+        detections = plate_ops.non_max_suppression(detections, self.iou_threshold, self.max_plates)
+        detections.boxes = plate_ops.unletterbox_boxes(
+            detections.boxes, transform, (frame_shape[0], frame_shape[1])
+        )
+        return detections
+
+    async def _recognise_crops(self, crops: np.ndarray) -> np.ndarray:
+        """stn then lprnet, in chunks no larger than the callees' max batch size."""
+        step = self.recogniser_batch
+        chunks = [crops[i : i + step] for i in range(0, len(crops), step)]
+
+        async def one(chunk: np.ndarray) -> np.ndarray:
+            straightened = await self._infer(self.stn, chunk)
+            return await self._infer(self.lprnet, straightened)
+
+        results = await asyncio.gather(*(one(chunk) for chunk in chunks))
+        return np.concatenate(results, axis=0)
+
+    async def _infer(self, model: str, batch: np.ndarray) -> np.ndarray:
+        request = pb_utils.InferenceRequest(
+            model_name=model,
+            inputs=[pb_utils.Tensor("INPUT__0", np.ascontiguousarray(batch, dtype=np.float32))],
+            requested_output_names=["OUTPUT__0"],
+            # GPU callees (libtorch, KIND_GPU) hand their output back in host memory.
+            preferred_memory=pb_utils.PreferredMemory(pb_utils.TRITONSERVER_MEMORY_CPU, 0),
+        )
+        response = await request.async_exec()
+        if response.has_error():
+            raise RuntimeError(f"{model}: {response.error().message()}")
+        return pb_utils.get_output_tensor_by_name(response, "OUTPUT__0").as_numpy()
+
+    @staticmethod
+    def _response(
+        detections: plate_ops.Detections, texts: list[str], text_scores: np.ndarray
+    ) -> Any:
+        return pb_utils.InferenceResponse(
+            output_tensors=[
+                pb_utils.Tensor("boxes", detections.boxes.astype(np.float32).reshape(-1, 4)),
+                pb_utils.Tensor("det_scores", detections.scores.astype(np.float32)),
+                pb_utils.Tensor("texts", np.array([t.encode() for t in texts], dtype=np.object_)),
+                pb_utils.Tensor("text_scores", np.asarray(text_scores, dtype=np.float32)),
+            ]
+        )
+
+    def finalize(self) -> None:
+        if self.in_flight:
+            pb_utils.Logger.log_warn(
+                f"plate_recognition: unloading with {self.in_flight} requests in flight"
+            )

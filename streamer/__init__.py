@@ -1,0 +1,1 @@
+"""lpr-streamer: real-time licence-plate stream processor on NVIDIA Triton."""

@@ -1,0 +1,5 @@
+"""``python -m streamer``: see :mod:`streamer.cli`."""
+
+from streamer.cli import main
+
+raise SystemExit(main())

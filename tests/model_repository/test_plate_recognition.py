@@ -1,0 +1,182 @@
+"""The plate pipeline inside a real Triton server (CPU build), reached over gRPC."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import av
+import cv2
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.grpc.aio as aioclient
+from rapidfuzz.distance import Levenshtein
+from tritonclient.grpc import InferInput, InferRequestedOutput, InferResult
+
+from converters import assets
+from converters.paths import import_plate_ops
+from streamer.plate_formats import PlateFormats
+
+plate_ops = import_plate_ops()
+
+SEED_BOX = np.array([232.4, 814.2, 324.6, 841.9], np.float32)
+SEED_TEXT = "B840CK197"
+OUTPUTS = ("boxes", "det_scores", "texts", "text_scores")
+
+
+def _media(name: str) -> Path:
+    return assets.verify(assets.asset(name), assets.default_assets_dir())
+
+
+def _car_1920x1080() -> np.ndarray:
+    """As the seed pipeline prepared it: OpenCV BGR, resized with INTER_AREA."""
+    image = cv2.imread(str(_media("car.jpg")))
+    return cv2.resize(image, (1920, 1080), interpolation=cv2.INTER_AREA)
+
+
+def _request(frame: np.ndarray, request_id: str, dtype: str = "UINT8") -> dict[str, Any]:
+    tensor = InferInput("image", list(frame.shape), dtype)
+    tensor.set_data_from_numpy(frame)
+    return {
+        "model_name": "plate_recognition",
+        "inputs": [tensor],
+        "request_id": request_id,
+        "outputs": [InferRequestedOutput(name) for name in OUTPUTS],
+    }
+
+
+async def _stream(
+    url: str, requests: list[dict[str, Any]], timeout_s: float = 240.0
+) -> dict[str, tuple[InferResult | None, str | None]]:
+    """Send all requests on one stream; collect one final response per request id.
+
+    The aio client drops the request id of error responses, so the raw gRPC
+    responses are read (``_grpc_call``) to correlate errors too.
+    """
+    client = aioclient.InferenceServerClient(url)
+
+    async def feed() -> AsyncIterator[dict[str, Any]]:
+        for request in requests:
+            yield request
+
+    results: dict[str, tuple[InferResult | None, str | None]] = {}
+    try:
+        call = client.stream_infer(feed(), stream_timeout=timeout_s)
+        async with asyncio.timeout(timeout_s):
+            async for response in call._grpc_call:
+                rid = response.infer_response.id
+                assert rid not in results, f"second response for {rid}"
+                if response.error_message:
+                    # Rejected by Triton before the model (dtype, shape) or by the model.
+                    results[rid] = (None, response.error_message)
+                else:
+                    final = response.infer_response.parameters["triton_final_response"]
+                    assert final.bool_param, "a result carries the FINAL flag with it"
+                    results[rid] = (InferResult(response.infer_response), None)
+                if len(results) == len(requests):
+                    break
+        call.cancel()
+    finally:
+        await client.close()
+    return results
+
+
+def _plates(result: InferResult) -> list[tuple[np.ndarray, float, str, float]]:
+    boxes, scores = result.as_numpy("boxes"), result.as_numpy("det_scores")
+    texts, text_scores = result.as_numpy("texts"), result.as_numpy("text_scores")
+    assert boxes.shape == (len(scores), 4) and len(texts) == len(scores) == len(text_scores)
+    return [
+        (boxes[i], float(scores[i]), texts[i].decode(), float(text_scores[i]))
+        for i in range(len(scores))
+    ]
+
+
+def test_stn_and_lprnet_read_the_seed_crop_exactly(triton_server: Any) -> None:
+    crops = plate_ops.crop_plates(_car_1920x1080(), SEED_BOX[None])
+    client = grpcclient.InferenceServerClient(triton_server.grpc_url)
+    try:
+        tensor = InferInput("INPUT__0", list(crops.shape), "FP32")
+        tensor.set_data_from_numpy(crops)
+        straightened = client.infer("stn", [tensor]).as_numpy("OUTPUT__0")
+        assert straightened.shape == (1, 3, 24, 94)
+        tensor = InferInput("INPUT__0", list(straightened.shape), "FP32")
+        tensor.set_data_from_numpy(straightened)
+        logits = client.infer("lprnet", [tensor]).as_numpy("OUTPUT__0")
+    finally:
+        client.close()
+    texts, _ = plate_ops.ctc_greedy_decode(logits)
+    assert texts == [SEED_TEXT]
+
+
+def test_bls_finds_and_reads_the_van_plate(triton_server: Any) -> None:
+    results = asyncio.run(_stream(triton_server.grpc_url, [_request(_car_1920x1080(), "car")]))
+    result, error = results["car"]
+    assert error is None and result is not None
+    plates = _plates(result)
+    formats = PlateFormats()
+    near = [p for p in plates if np.abs(p[0] - SEED_BOX).max() <= 10]
+    assert len(near) == 1, plates
+    _, det_score, text, text_score = near[0]
+    assert Levenshtein.distance(text, SEED_TEXT) <= 1, text
+    assert 0 < det_score <= 1 and 0 < text_score <= 1
+    others = [p for p in plates if p is not near[0]]
+    assert all(not formats.is_valid(p[2]) for p in others), others
+
+
+def test_cat_has_no_plates(triton_server: Any) -> None:
+    cat = cv2.imread(str(_media("cat.jpeg")))
+    results = asyncio.run(_stream(triton_server.grpc_url, [_request(cat, "cat")]))
+    result, error = results["cat"]
+    assert error is None and result is not None
+    assert _plates(result) == []
+    assert result.as_numpy("boxes").shape == (0, 4)
+
+
+def _yard_frames(count: int, step: int) -> list[np.ndarray]:
+    """Every ``step``-th frame of the clip, as a camera sampled at 15/step fps would send."""
+    with av.open(str(_media("yard_cam.ts"))) as container:
+        frames = []
+        for index, frame in enumerate(container.decode(video=0)):
+            if index % step == 0:
+                frames.append(frame.to_ndarray(format="bgr24"))
+                if len(frames) == count:
+                    return frames
+    raise AssertionError(f"yard_cam.ts has fewer than {count * step} frames")
+
+
+def test_thirty_frames_at_once_on_one_stream(triton_server: Any) -> None:
+    # The 120-frame clip sampled at 3.75 fps: 30 frames spread over its 8 s.
+    frames = _yard_frames(30, step=4)
+    requests = [_request(frame, f"yard-{i}") for i, frame in enumerate(frames)]
+    results = asyncio.run(_stream(triton_server.grpc_url, requests))
+    assert sorted(results) == sorted(r["request_id"] for r in requests)
+    reads = 0
+    for rid, (result, error) in results.items():
+        assert error is None, (rid, error)
+        assert result is not None
+        if "O567AM76" in [p[2] for p in _plates(result)]:
+            reads += 1
+    assert reads > 15, f"O567AM76 read in only {reads} of 30 frames"
+
+
+@pytest.mark.parametrize(
+    ("bad", "dtype", "message"),
+    [
+        (np.zeros((0, 64, 3), np.uint8), "UINT8", "empty"),
+        (np.zeros((64, 64, 3), np.float32), "FP32", "data-type"),
+        (np.zeros((64, 64), np.uint8), "UINT8", "unexpected shape"),
+    ],
+)
+def test_malformed_request_gets_an_error_and_the_stream_goes_on(
+    triton_server: Any, bad: np.ndarray, dtype: str, message: str
+) -> None:
+    cat = cv2.imread(str(_media("cat.jpeg")))
+    requests = [_request(bad, "bad", dtype), _request(cat, "after")]
+    results = asyncio.run(_stream(triton_server.grpc_url, requests))
+    result, error = results["bad"]
+    assert result is None and error is not None and message in error, error
+    result, error = results["after"]
+    assert error is None and result is not None and _plates(result) == []
