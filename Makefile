@@ -41,11 +41,14 @@ $(STAMPS)/triton-env: Makefile
 	$(TRITON_VENV)/bin/pip install --quiet $(TRITON_ENV_SPEC)
 	@touch $@
 
-# The Triton Python-backend stub links Debian's libpython3.11.
+# Debian packages: libpython3.11 for the Triton Python-backend stub; GStreamer's
+# RTSP server (tests serve the clip over real RTSP) and ffmpeg (benchmarks).
+APT_PACKAGES := libpython3.11 gstreamer1.0-rtsp gir1.2-gst-rtsp-server-1.0 python3-gi \
+	gstreamer1.0-plugins-good gstreamer1.0-plugins-bad gstreamer1.0-libav ffmpeg
 $(STAMPS)/system:
 	@mkdir -p $(STAMPS)
-	@if ! ldconfig -p | grep -q 'libpython3.11.so.1.0'; then \
-		apt-get update -qq && apt-get install -y -qq libpython3.11; fi
+	@if ! dpkg -s $(APT_PACKAGES) >/dev/null 2>&1; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES); fi
 	@touch $@
 
 # Weights are verified (sha256) or downloaded, then exported into model_repository/.
@@ -59,8 +62,10 @@ $(STAMPS)/models-$(TARGET): $(STAMPS)/venv $(MODEL_SOURCES)
 test: setup models
 	$(BIN)/python -m pytest
 
+# The service on configs/demo.yaml (embedded CPU Triton), printing plate events.
 demo: setup models
-	$(BIN)/python -m streamer recognise $${DEMO_VIDEO:-$$($(BIN)/python -c 'from converters import assets; print(assets.default_assets_dir() / "media/yard_cam.ts")')}
+	LPR_ASSETS_DIR=$$($(BIN)/python -c 'from converters import assets; print(assets.default_assets_dir())') \
+		$(BIN)/python -m streamer run --config configs/demo.yaml --once
 
 lint: $(STAMPS)/venv
 	$(BIN)/ruff check .

@@ -1,5 +1,9 @@
 """Command line of the service.
 
+``python -m streamer run --config FILE [--once]``: the service. Runs until
+SIGINT/SIGTERM; with ``--once`` file cameras play once and it exits when every
+camera has ended and every event is written. A bad config exits with code 2.
+
 ``python -m streamer recognise FILE``: read a video or image file, send sampled
 frames to the ``plate_recognition`` model and print one JSON line per plate
 found. With no ``--triton-url`` an embedded CPU Triton is started on
@@ -24,6 +28,7 @@ import numpy as np
 import tritonclient.grpc.aio as aioclient
 from tritonclient.grpc import InferInput, InferRequestedOutput, InferResult
 
+from streamer.logs import setup_logging
 from streamer.plate_formats import PlateFormats
 from streamer.triton_server import EmbeddedTriton
 
@@ -163,10 +168,27 @@ def _cmd_recognise(args: argparse.Namespace) -> int:
         return asyncio.run(_recognise(server.grpc_url, args.path, args.every, args.timeout))
 
 
+def _cmd_run(args: argparse.Namespace) -> int:
+    from streamer.config import ConfigError, load_config
+    from streamer.service import Service
+
+    try:
+        settings = load_config(args.config)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    setup_logging(args.log_level or settings.log.level, settings.log.format)
+    return asyncio.run(Service(settings, once=args.once).run())
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m streamer")
-    parser.add_argument("--log-level", default="INFO")
+    parser.add_argument("--log-level", help="overrides log.level of the config")
     sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run the service on a YAML config")
+    run.add_argument("--config", type=Path, required=True, help="YAML config (configs/demo.yaml)")
+    run.add_argument("--once", action="store_true", help="play file cameras once, then exit")
+    run.set_defaults(func=_cmd_run)
     recognise = sub.add_parser("recognise", help="print the plates of a video or image file")
     recognise.add_argument("path", type=Path)
     recognise.add_argument("--every", type=int, default=3, help="send every Nth frame")
@@ -178,10 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    logging.getLogger("streamer.triton_server").setLevel(logging.WARNING)
+    setup_logging(args.log_level or "INFO")
     try:
         return int(args.func(args))
     except KeyboardInterrupt:

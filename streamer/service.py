@@ -1,0 +1,237 @@
+"""The service: every camera's pipeline, one Triton stream, the event sinks.
+
+Start order: Triton (embedded unless a URL is configured) -> the inference
+stream -> sinks -> cameras. Stop order is the reverse: cameras stop decoding,
+their pipelines finish the frames in flight (bounded by the request deadline)
+and flush their trackers, events are written, then the stream, then Triton.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import time
+from dataclasses import dataclass, field
+
+from streamer.camera_pipeline import CameraPipeline
+from streamer.config import CameraConfig, Settings
+from streamer.events import EventSink, JsonLinesSink, PlateEvent, build_event
+from streamer.frame_queue import FrameQueue
+from streamer.inference import PlateRecognizer
+from streamer.ingest import CameraSource
+from streamer.passes import PassDetector, PassParams, PlatePass
+from streamer.plate_formats import PlateFormats
+from streamer.tracker import TrackerParams
+from streamer.triton_server import EmbeddedTriton
+
+LOG = logging.getLogger(__name__)
+
+#: Sampled frames waiting for a free in-flight slot, per camera.
+FRAME_QUEUE_SIZE = 2
+
+
+@dataclass
+class Camera:
+    config: CameraConfig
+    queue: FrameQueue
+    source: CameraSource
+    pipeline: CameraPipeline
+    task: asyncio.Task[None] | None = None
+
+
+@dataclass
+class EventLog:
+    """Recent events kept in memory for the API and tests (bounded)."""
+
+    limit: int = 200
+    events: list[PlateEvent] = field(default_factory=list)
+
+    def add(self, event: PlateEvent) -> None:
+        self.events.append(event)
+        del self.events[: -self.limit]
+
+
+class Service:
+    def __init__(self, settings: Settings, *, once: bool = False) -> None:
+        self.settings = settings
+        self.once = once
+        self.triton: EmbeddedTriton | None = None
+        self.recognizer: PlateRecognizer | None = None
+        self.sinks: list[EventSink] = []
+        self.cameras: dict[str, Camera] = {}
+        self.recent = EventLog()
+        self.events_emitted = 0
+        self._stop = asyncio.Event()
+        self._event_lock = asyncio.Lock()
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    async def run(self) -> int:
+        """Run until stopped (or, with ``once``, until every camera has ended)."""
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(signum, self.request_stop)
+        try:
+            await self._start()
+            await self._wait()
+        finally:
+            await self._shutdown()
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                with contextlib.suppress(NotImplementedError, RuntimeError):
+                    loop.remove_signal_handler(signum)
+        return 0
+
+    async def _start(self) -> None:
+        triton = self.settings.triton
+        url = triton.url
+        if url is None:
+            repository = triton.model_repository
+            LOG.info("no Triton URL configured: starting an embedded CPU Triton on %s", repository)
+            self.triton = EmbeddedTriton(
+                repository, startup_timeout_s=triton.embedded_startup_timeout_s
+            )
+            await self.triton.astart()
+            url = self.triton.grpc_url
+        self.recognizer = PlateRecognizer(
+            url,
+            triton.model,
+            request_timeout_s=triton.request_timeout_s,
+            connect_timeout_s=triton.connect_timeout_s,
+        )
+        await self.recognizer.start()
+        await self.recognizer.wait_ready(triton.connect_timeout_s + 5)
+
+        events = self.settings.events
+        if events.stdout:
+            self.sinks.append(JsonLinesSink.stdout(include_crop=False))
+        if events.file is not None:
+            self.sinks.append(JsonLinesSink(events.file))
+
+        for config in self.settings.cameras:
+            if config.enabled:
+                self.cameras[config.name] = self._camera(config)
+        for camera in self.cameras.values():
+            camera.source.start()
+            camera.task = asyncio.create_task(
+                camera.pipeline.run(), name=f"camera-{camera.config.name}"
+            )
+        LOG.info("running %d camera(s): %s", len(self.cameras), ", ".join(self.cameras))
+
+    def _camera(self, config: CameraConfig) -> Camera:
+        assert self.recognizer is not None
+        live = not config.is_file or config.realtime
+        # Live sources drop the oldest waiting frame when inference falls behind;
+        # files played as fast as possible wait instead, so no frame is lost.
+        queue = FrameQueue(FRAME_QUEUE_SIZE, "drop_oldest" if live else "wait")
+        source = CameraSource(
+            config.name,
+            config.url,
+            sample_fps=config.sample_fps,
+            realtime=config.realtime,
+            loop_file=not self.once,
+            queue=queue,
+            rtsp_transport=config.rtsp_transport,
+            open_timeout_s=config.open_timeout_s,
+            read_timeout_s=config.read_timeout_s,
+            stall_timeout_s=config.stall_timeout_s,
+            reconnect_initial_delay_s=config.reconnect_initial_delay_s,
+            reconnect_max_delay_s=config.reconnect_max_delay_s,
+            redacted_url=config.redacted_url,
+        )
+        tracker = self.settings.tracker
+        events = self.settings.events
+        passes = PassDetector(
+            config.name,
+            TrackerParams(
+                iou_threshold=tracker.iou_threshold,
+                high_score=tracker.high_score,
+                low_score=tracker.low_score,
+                lost_track_buffer_s=tracker.lost_track_buffer_s,
+                min_hits=tracker.min_hits,
+            ),
+            PassParams(
+                min_reads=events.min_reads,
+                confident_reads=events.confident_reads,
+                confident_share=events.confident_share,
+                confident_span_s=events.confident_span_s,
+                max_delay_s=events.max_delay_s,
+                dedup_window_s=events.dedup_window_s,
+            ),
+            PlateFormats(events.plate_formats),
+            events.min_text_score,
+        )
+        pipeline = CameraPipeline(
+            config.name,
+            queue,
+            self.recognizer.recognise,
+            passes,
+            self._publish,
+            max_in_flight=self.settings.triton.max_in_flight_per_camera,
+            roi=tuple(config.roi) if config.roi else None,  # type: ignore[arg-type]
+            min_plate_width=config.min_plate_width,
+        )
+        return Camera(config, queue, source, pipeline)
+
+    async def _publish(self, passes: list[PlatePass]) -> None:
+        for plate_pass in passes:
+            event = await build_event(plate_pass, self.settings.events.crop_jpeg_quality)
+            async with self._event_lock:  # one event at a time, in order, to every sink
+                self.events_emitted += 1
+                self.recent.add(event)
+                LOG.info(
+                    "event %s: %s on %s (track %d, %d reads, %s, %.1f s after first seen)",
+                    event.event_id,
+                    event.text,
+                    event.camera,
+                    event.track_id,
+                    event.reads,
+                    event.reason,
+                    time.monotonic() - event.first_seen_monotonic,
+                )
+                for sink in self.sinks:
+                    await sink.publish(event)
+
+    async def _wait(self) -> None:
+        stop = asyncio.create_task(self._stop.wait(), name="stop-signal")
+        pending: set[asyncio.Future[None]] = {c.task for c in self.cameras.values() if c.task}
+        try:
+            if not self.once:
+                pending = set()
+            while not self._stop.is_set():
+                done, _ = await asyncio.wait({stop, *pending}, return_when=asyncio.FIRST_COMPLETED)
+                pending -= done
+                if self.once and not pending:
+                    LOG.info("every camera has ended (--once)")
+                    return
+        finally:
+            stop.cancel()
+            await asyncio.gather(stop, return_exceptions=True)
+
+    async def _shutdown(self) -> None:
+        """Idempotent; every task cancelled or finished and awaited."""
+        for camera in self.cameras.values():
+            await camera.source.astop()
+        for camera in self.cameras.values():
+            if camera.task is not None and not camera.task.done():
+                # The source is stopped, so the pipeline sees the end of its queue,
+                # finishes its frames in flight and flushes its tracker.
+                try:
+                    await asyncio.wait_for(
+                        asyncio.shield(camera.task), self.settings.triton.request_timeout_s + 5
+                    )
+                except TimeoutError:
+                    camera.task.cancel()
+                    await asyncio.gather(camera.task, return_exceptions=True)
+            elif camera.task is not None:
+                with contextlib.suppress(Exception):
+                    camera.task.result()
+        for sink in self.sinks:
+            await sink.close()
+        if self.recognizer is not None:
+            await self.recognizer.close()
+        if self.triton is not None:
+            await self.triton.astop()

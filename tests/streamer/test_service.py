@@ -1,0 +1,272 @@
+"""The whole service on real parts: YAML config -> PyAV -> embedded Triton -> events."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import re
+import subprocess
+import sys
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import psutil
+import pytest
+
+from converters import assets
+from converters.paths import PROJECT_ROOT
+from streamer.config import load_config
+from streamer.service import Service
+from streamer.triton_server import EmbeddedTriton
+
+CLIP = assets.verify(assets.asset("yard_cam.ts"), assets.default_assets_dir())
+PLATES = {"O567AM76", "Y836XH76"}
+
+
+def _run_cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "streamer", *args],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "LPR_ASSETS_DIR": str(assets.default_assets_dir())},
+    )
+
+
+def test_demo_once_emits_exactly_the_two_plates() -> None:
+    done = _run_cli("run", "--config", "configs/demo.yaml", "--once")
+    assert done.returncode == 0, done.stderr[-3000:]
+    events = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+    assert sorted(e["text"] for e in events) == sorted(PLATES), events
+    for event in events:
+        assert event["type"] == "plate" and event["camera"] == "yard"
+        uuid.UUID(event["event_id"])
+        assert event["first_seen"]["stream_time_s"] <= event["last_seen"]["stream_time_s"]
+        assert re.fullmatch(
+            r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}\+00:00", event["first_seen"]["utc"]
+        )
+        assert event["reads"] >= 2
+        assert event["candidates"][0]["text"] == event["text"] or event["confidence"] > 0
+        x1, y1, x2, y2 = event["box"]
+        assert 0 <= x1 < x2 <= 1920 and 0 <= y1 < y2 <= 1080
+    assert "every camera has ended" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ("cameras: [\n  - name: a\n    url: x.ts\n   bad-indent: 1\n", "line"),
+        ("cameras:\n  - name: a\n    url: x.ts\n    sampel_fps: 5\n", "sampel_fps"),
+        ("cameras:\n  - name: a\n", "url"),
+        ("cameras:\n  - {name: a, url: x.ts}\n  - {name: a, url: y.ts}\n", "named 'a'"),
+        ("cameras:\n  - {name: a, url: x.ts, sample_fps: 0}\n", "sample_fps"),
+    ],
+)
+def test_malformed_config_exits_2_naming_the_key(tmp_path: Path, text: str, key: str) -> None:
+    config = tmp_path / "bad.yaml"
+    config.write_text(text)
+    done = _run_cli("run", "--config", str(config), timeout=60)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert lines[0].startswith("error: ") and "bad.yaml" in lines[0]
+    assert key in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def _four_camera_config(tmp_path: Path, triton_url: str, events_file: Path) -> Path:
+    cameras = "\n".join(
+        f"  - {{name: cam{i}, url: '{CLIP}', sample_fps: 5, realtime: true}}" for i in range(4)
+    )
+    config = tmp_path / "four.yaml"
+    config.write_text(
+        f"cameras:\n{cameras}\n"
+        f"triton: {{url: '{triton_url}', max_in_flight_per_camera: 1}}\n"
+        f"events: {{stdout: false, file: '{events_file}', max_delay_s: 4}}\n"
+    )
+    return config
+
+
+async def test_four_cameras_drop_frames_but_stay_bounded(
+    tmp_path: Path, triton_server: EmbeddedTriton
+) -> None:
+    """Four real-time cameras outrun a 2-core Triton: frames are dropped and counted,
+    queues and frames in flight stay within their bounds, memory does not grow, and
+    every event names its own camera."""
+    events_file = tmp_path / "events.jsonl"
+    settings = load_config(_four_camera_config(tmp_path, triton_server.grpc_url, events_file))
+    service = Service(settings)
+    process = psutil.Process()
+    runner = asyncio.create_task(service.run())
+    rss: list[int] = []
+    try:
+        for _ in range(30):  # 30 s: about four loops of the 8 s clip per camera
+            await asyncio.sleep(1)
+            assert not runner.done(), runner.exception() if runner.done() else None
+            rss.append(process.memory_info().rss)
+            for camera in service.cameras.values():
+                assert camera.queue.qsize() <= camera.queue.maxsize
+                stats = camera.pipeline.stats
+                assert stats.sent - stats.answered - stats.failed <= 1  # max_in_flight_per_camera
+    finally:
+        service.request_stop()
+        await asyncio.wait_for(runner, 120)
+    for name, camera in service.cameras.items():
+        assert camera.queue.dropped > 0, f"{name} dropped nothing"
+        assert camera.pipeline.stats.answered > 0, f"{name} got no answer"
+    # After warm-up, memory stays flat (no frame piles up anywhere).
+    assert max(rss[10:]) - rss[10] < 150 * 2**20, [r // 2**20 for r in rss]
+    events = [json.loads(line) for line in events_file.read_text().splitlines()]
+    assert events, "no event in 30 s"
+    assert {e["camera"] for e in events} <= {"cam0", "cam1", "cam2", "cam3"}
+    assert {e["text"] for e in events} <= PLATES
+    for event in events:  # the JPEG crop of the plate travels with the event
+        assert base64.b64decode(event["crop_jpeg_base64"])[:2] == b"\xff\xd8"
+
+
+def _run_service_for(
+    config: Path, phases: list[tuple[float, Callable[[], None] | None]]
+) -> tuple[str, str]:
+    """Run the CLI service; after each phase's seconds call its action; then SIGTERM.
+
+    Fails if the service exits by itself at any point.
+    """
+    process = subprocess.Popen(
+        [sys.executable, "-m", "streamer", "run", "--config", str(config)],
+        cwd=PROJECT_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        for seconds, action in phases:
+            try:
+                process.wait(seconds)
+            except subprocess.TimeoutExpired:
+                if action is not None:
+                    action()
+                continue
+            raise AssertionError(f"the service exited: {process.stderr.read()[-3000:]}")
+    finally:
+        process.terminate()
+        stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == 0, stderr[-3000:]
+    return stdout, stderr
+
+
+def _rtsp_config(tmp_path: Path, url: str) -> Path:
+    config = tmp_path / "rtsp.yaml"
+    config.write_text(
+        "cameras:\n"
+        f"  - {{name: gate, url: '{url}', sample_fps: 5, read_timeout_s: 1,\n"
+        "      stall_timeout_s: 3, reconnect_max_delay_s: 1}\n"
+        "triton: {max_in_flight_per_camera: 2}\n"
+        "events: {stdout: true}\n"
+    )
+    return config
+
+
+def test_rtsp_camera_gives_the_same_two_plates(tmp_path: Path) -> None:
+    """The clip served in a loop by a real RTSP server (GStreamer), read in real time."""
+    from rtsp_server import RtspServer
+
+    with RtspServer(CLIP) as server:
+        config = _rtsp_config(tmp_path, server.url("/cam"))
+        stdout, stderr = _run_service_for(config, [(60, None)])  # start-up + ~6 loops
+    texts = [json.loads(line)["text"] for line in stdout.splitlines() if line.strip()]
+    assert sorted(texts) == sorted(PLATES), (texts, stderr[-3000:])
+
+
+def test_rtsp_camera_survives_kill_and_freeze_and_never_leaks_its_password(
+    tmp_path: Path,
+) -> None:
+    """Credentials in the URL; the server is killed and restarted, then frozen (SIGSTOP)
+    and thawed: the service keeps running, reconnects each time, keeps reporting, and
+    never prints the password."""
+    from rtsp_server import RtspServer
+
+    with RtspServer(CLIP) as server:
+        config = _rtsp_config(tmp_path, server.url("/cam", userinfo="operator:s3cr3t-pw@"))
+        stdout, stderr = _run_service_for(
+            config,
+            [
+                (30, server.kill),  # killed mid-stream
+                (4, server.start),  # back on the same port
+                (10, server.freeze),  # frozen: read timeout 1 s, detected within ~2 s
+                (6, server.thaw),
+                (10, None),
+            ],
+        )
+    events = [json.loads(line) for line in stdout.splitlines() if line.strip()]
+    assert "O567AM76" in [e["text"] for e in events], stderr[-3000:]
+    assert all(e["camera"] == "gate" for e in events)
+    # Connected at start, after the restart and after the freeze.
+    assert stderr.count("camera gate: connected") >= 3, stderr[-3000:]
+    assert "s3cr3t-pw" not in stdout + stderr
+    assert "operator:" not in stdout + stderr
+
+
+def _damaged_variants(folder: Path, count: int, seed: int = 7) -> list[Path]:
+    """Copies of the clip with bytes flipped, cut mid-packet or garbage appended."""
+    import random
+
+    rng = random.Random(seed)
+    data = CLIP.read_bytes()
+    paths = []
+    for i in range(count):
+        kind = ("flip", "cut", "garbage", "flip+cut")[i % 4]
+        damaged = bytearray(data)
+        if "flip" in kind:
+            for _ in range(rng.randint(5, 400)):
+                position = rng.randrange(4096, len(damaged))
+                damaged[position] ^= rng.randrange(1, 256)
+        if "cut" in kind:
+            cut = rng.randrange(len(damaged) // 10, len(damaged))
+            cut += 1 if cut % 188 == 0 else 0  # never on a TS packet boundary
+            del damaged[cut:]
+        if kind == "garbage":
+            damaged += rng.randbytes(rng.randint(100, 200_000))
+        path = folder / f"damaged_{i:02d}_{kind.replace('+', '_')}.ts"
+        path.write_bytes(bytes(damaged))
+        paths.append(path)
+    return paths
+
+
+async def test_fifty_damaged_clips_are_survived_and_their_valid_parts_used(
+    tmp_path: Path, triton_server: EmbeddedTriton
+) -> None:
+    variants = _damaged_variants(tmp_path, 50)
+    events_file = tmp_path / "events.jsonl"
+    cameras = "\n".join(
+        f"  - {{name: d{i:02d}, url: '{path}', sample_fps: 0.5, realtime: false}}"
+        for i, path in enumerate(variants)
+    )
+    config = tmp_path / "damaged.yaml"
+    config.write_text(
+        f"cameras:\n{cameras}\n"
+        f"triton: {{url: '{triton_server.grpc_url}', max_in_flight_per_camera: 1,"
+        " request_timeout_s: 300}\n"
+        f"events: {{stdout: false, file: '{events_file}'}}\n"
+    )
+    service = Service(load_config(config), once=True)
+    assert await asyncio.wait_for(service.run(), 900) == 0
+    sources = {name: camera.source.stats for name, camera in service.cameras.items()}
+    assert all(stats.state == "ended" for stats in sources.values())
+    kinds = {name: variants[int(name[1:])].name.split("_", 2)[2] for name in service.cameras}
+    flipped = [sources[n] for n, k in kinds.items() if "flip" in k]
+    assert sum(1 for stats in flipped if stats.decode_errors > 0) > len(flipped) // 2
+    answered = {n: c.pipeline.stats.answered for n, c in service.cameras.items()}
+    plates = {n: c.pipeline.stats.plates for n, c in service.cameras.items()}
+    # Frames kept flowing from (nearly) every damaged file...
+    assert sum(1 for n in answered.values() if n > 0) >= 45, answered
+    # ...and where the picture survived, the plate was read: garbage after the end
+    # leaves every frame intact; a cut keeps the frames before it. (Flipped bytes
+    # in the clip's only keyframe smear every later frame, so those may read nothing.)
+    assert all(plates[n] > 0 for n, k in kinds.items() if k == "garbage.ts"), plates
+    cut = [n for n, k in kinds.items() if k == "cut.ts"]
+    assert sum(1 for n in cut if plates[n] > 0) > len(cut) // 2, plates
+    events = [json.loads(line) for line in events_file.read_text().splitlines()]
+    assert {e["camera"] for e in events} <= set(service.cameras)

@@ -1,0 +1,188 @@
+import pytest
+
+from streamer.plate_formats import PlateFormats
+from streamer.vote import PlateVote, VoteResult
+
+
+def _vote(reads: list[tuple[str, float, float]], **kwargs: float) -> PlateVote:
+    vote = PlateVote(PlateFormats(), **kwargs)  # type: ignore[arg-type]
+    for i, (text, text_score, det_score) in enumerate(reads):
+        vote.add(text, text_score, det_score, t=100.0 + i / 15)
+    return vote
+
+
+def _result(reads: list[tuple[str, float, float]], **kwargs: float) -> VoteResult:
+    result = _vote(reads, **kwargs).result()
+    assert result is not None
+    return result
+
+
+@pytest.mark.parametrize(
+    ("texts", "exact", "support"),
+    [
+        # Each read has at most one error, in a different place.
+        (["Y836XH7Y", "Y83CXO76", "Y836XH76", "YY36XH76"], 1, 3),
+        # No read is right as a whole.
+        (["Y836XH7Y", "Y83CXH76", "YY36XH76", "Y836XO76"], 0, 4),
+        # Misreads of another length are outvoted, not mixed in.
+        (["Y836XH7Y", "Y836XH7", "Y83CXH76", "Y836XAH7O7", "YY36XH76", "O7CXHO7"], 0, 4),
+    ],
+)
+def test_per_position_vote_repairs_reads(texts: list[str], exact: int, support: int) -> None:
+    result = _result([(text, 0.9, 0.5) for text in texts])
+    assert result.text == "Y836XH76"
+    assert result.valid
+    assert (result.exact, result.support, result.reads) == (exact, support, len(texts))
+    assert 0.0 < result.confidence < 1.0
+
+
+def test_confidence_is_the_weakest_position() -> None:
+    result = _result([("Y836XH76", 0.9, 0.5)] * 3 + [("Y836XH7Y", 0.9, 0.5)])
+    assert result.confidence == pytest.approx(0.75)
+    assert result.candidates == (("Y836XH76", pytest.approx(0.75)), ("Y836XH7Y", 0.25))
+
+
+@pytest.mark.parametrize(
+    ("c_reads", "o_reads", "expected"),
+    [
+        (17, 0, "C567AM76"),
+        (17, 1, "C567AM76"),
+        (17, 16, "C567AM76"),
+        (17, 17, "C567AM76"),  # equal weight: the earlier read stays
+        (17, 18, "O567AM76"),
+        (17, 102, "O567AM76"),
+        (5, 6, "O567AM76"),
+    ],
+)
+def test_o_wins_over_c_once_it_has_more_weight(c_reads: int, o_reads: int, expected: str) -> None:
+    # The clip's parked car: read C567AM76 first, then O567AM76 (its real plate).
+    reads = [("C567AM76", 0.95, 0.67)] * c_reads + [("O567AM76", 0.95, 0.67)] * o_reads
+    result = _result(reads)
+    assert result.text == expected
+    assert result.valid
+    assert result.support == c_reads + o_reads  # the two are one edit apart
+    assert result.exact == (c_reads if expected == "C567AM76" else o_reads)
+    assert result.confidence == pytest.approx(max(c_reads, o_reads) / (c_reads + o_reads))
+
+
+def test_weight_not_count_decides() -> None:
+    # Three faint C reads against two clear O reads.
+    reads = [("C567AM76", 0.55, 0.3)] * 3 + [("O567AM76", 0.97, 0.7)] * 2
+    assert _result(reads).text == "O567AM76"
+
+
+@pytest.mark.parametrize(
+    "texts",
+    [
+        ["EO6HYO6"],
+        ["EO6HYO6", "E06HYO6", "EO6HY06"],
+        ["Y846XYY6", "YY35XHE7", "Y83KKXH7"],
+    ],
+)
+def test_invalid_reads_only_give_an_invalid_result(texts: list[str]) -> None:
+    result = _result([(text, 0.9, 0.5) for text in texts])
+    assert not result.valid
+    assert not result.is_confident(1, 0.0)
+
+
+def test_invalid_consensus_falls_back_to_the_heaviest_valid_read() -> None:
+    # The consensus YY36XH76 is no plate format; Y836XH76 was read and is one.
+    reads = [("YY36XH76", 0.9, 0.5), ("YY36XH76", 0.9, 0.5), ("Y836XH76", 0.9, 0.5)]
+    result = _result(reads)
+    assert (result.text, result.valid) == ("Y836XH76", True)
+    assert result.confidence == pytest.approx(1 / 3)
+    assert (result.exact, result.support) == (1, 3)
+
+
+def test_the_heaviest_length_is_voted() -> None:
+    reads = [("B840CK197", 0.9, 0.6)] * 3 + [("B840CK19", 0.9, 0.5)] * 2
+    result = _result(reads)
+    assert (result.text, result.exact, result.support) == ("B840CK197", 3, 5)
+
+
+def test_an_invalid_heaviest_length_falls_back_to_a_valid_read() -> None:
+    # Y836XH7 (weight 3 x 0.57) wins the length vote, but is no plate.
+    reads = [("Y836XH7", 0.95, 0.6)] * 3 + [("Y836XH76", 0.9, 0.5)] * 2
+    result = _result(reads)
+    assert (result.text, result.valid, result.exact) == ("Y836XH76", True, 2)
+    assert result.confidence == pytest.approx(0.9 / (0.9 + 3 * 0.95 * 0.6))
+
+
+@pytest.mark.parametrize(
+    ("text", "text_score", "kept"),
+    [("O567AM76", 0.5, True), ("O567AM76", 0.49, False), ("", 0.99, False)],
+)
+def test_low_score_and_empty_reads_are_ignored(text: str, text_score: float, kept: bool) -> None:
+    vote = PlateVote(PlateFormats(), min_text_score=0.5)
+    assert vote.add(text, text_score, 0.6, t=1.0) is kept
+    assert (vote.result() is not None) is kept
+    assert len(vote) == int(kept)
+
+
+def test_no_reads_no_result() -> None:
+    assert PlateVote(PlateFormats()).result() is None
+
+
+def test_memory_is_bounded_by_dropping_the_lightest_reads() -> None:
+    vote = PlateVote(PlateFormats(), max_reads=5)
+    for i in range(5):
+        vote.add("C567AM76", 0.6, 0.3, t=float(i))  # light
+    for i in range(5, 10):
+        vote.add("O567AM76", 0.95, 0.7, t=float(i))  # heavy
+    assert len(vote) == 5
+    result = vote.result()
+    assert result is not None
+    assert (result.text, result.reads, result.exact, result.confidence) == ("O567AM76", 5, 5, 1.0)
+    assert (result.first_t, result.last_t) == (0.0, 9.0)
+
+
+def test_candidates_are_the_top_five_by_weight() -> None:
+    texts = ["A111AA11", "B222BB22", "B222BB22", "C333CC33", "E444EE44", "H555HH55", "K666KK66"]
+    result = _result([(text, 0.9, 0.5) for text in texts])
+    assert [text for text, _ in result.candidates] == [
+        "B222BB22",
+        "A111AA11",
+        "C333CC33",
+        "E444EE44",
+        "H555HH55",
+    ]
+    assert result.candidates[0][1] == pytest.approx(2 / 7)
+
+
+def test_result_follows_new_reads() -> None:
+    vote = PlateVote(PlateFormats())
+    vote.add("C567AM76", 0.95, 0.67, t=0.0)
+    first = vote.result()
+    assert first is not None and first.text == "C567AM76"
+    assert vote.result() is first  # cached while nothing changes
+    vote.add("O567AM76", 0.95, 0.67, t=0.1)
+    vote.add("O567AM76", 0.95, 0.67, t=0.2)
+    second = vote.result()
+    assert second is not None and second.text == "O567AM76"
+
+
+@pytest.mark.parametrize(
+    ("reads", "confident_reads", "confident_share", "expected"),
+    [
+        ([("O567AM76", 0.95, 0.67)] * 10, 10, 0.8, True),
+        ([("O567AM76", 0.95, 0.67)] * 9, 10, 0.8, False),
+        ([("O567AM76", 0.95, 0.67)] * 8 + [("C567AM76", 0.95, 0.67)] * 2, 10, 0.8, True),
+        ([("O567AM76", 0.95, 0.67)] * 7 + [("C567AM76", 0.95, 0.67)] * 3, 10, 0.8, False),
+        ([("EO6HYO6", 0.95, 0.67)] * 20, 10, 0.8, False),
+    ],
+)
+def test_is_confident(
+    reads: list[tuple[str, float, float]],
+    confident_reads: int,
+    confident_share: float,
+    expected: bool,
+) -> None:
+    assert _result(reads).is_confident(confident_reads, confident_share) is expected
+
+
+@pytest.mark.parametrize(
+    ("text_score", "det_score"), [(float("nan"), 0.5), (0.9, float("inf")), (-0.1, 0.5)]
+)
+def test_bad_scores_are_refused(text_score: float, det_score: float) -> None:
+    with pytest.raises(ValueError, match="scores"):
+        PlateVote(PlateFormats()).add("O567AM76", text_score, det_score, t=0.0)
