@@ -13,7 +13,7 @@ import contextlib
 import logging
 import signal
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from streamer.camera_pipeline import CameraPipeline
 from streamer.config import CameraConfig, Settings
@@ -142,25 +142,11 @@ class Service:
             reconnect_max_delay_s=config.reconnect_max_delay_s,
             redacted_url=config.redacted_url,
         )
-        tracker = self.settings.tracker
         events = self.settings.events
         passes = PassDetector(
             config.name,
-            TrackerParams(
-                iou_threshold=tracker.iou_threshold,
-                high_score=tracker.high_score,
-                low_score=tracker.low_score,
-                lost_track_buffer_s=tracker.lost_track_buffer_s,
-                min_hits=tracker.min_hits,
-            ),
-            PassParams(
-                min_reads=events.min_reads,
-                confident_reads=events.confident_reads,
-                confident_share=events.confident_share,
-                confident_span_s=events.confident_span_s,
-                max_delay_s=events.max_delay_s,
-                dedup_window_s=events.dedup_window_s,
-            ),
+            TrackerParams(**self.settings.tracker.model_dump()),
+            PassParams(**events.model_dump(include={f.name for f in fields(PassParams)})),
             PlateFormats(events.plate_formats),
             events.min_text_score,
         )
