@@ -10,17 +10,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from streamer.frame_queue import FrameQueue
 from streamer.frames import Frame, FrameResult, PlateReading
 from streamer.inference import InferenceError
+from streamer.metrics import Metrics
 from streamer.passes import PassDetector, PlatePass
 
 LOG = logging.getLogger(__name__)
 
 Recognise = Callable[[Frame], Awaitable[tuple[PlateReading, ...]]]
+#: A frame at Triton: the frame, its request, when it was sent (monotonic).
+_InFlight = tuple[Frame, "asyncio.Task[tuple[PlateReading, ...]]", float]
 OnPasses = Callable[[list[PlatePass]], Awaitable[None]]
 
 
@@ -45,6 +49,7 @@ class CameraPipeline:
         max_in_flight: int,
         roi: tuple[float, float, float, float] | None = None,
         min_plate_width: float = 0.0,
+        metrics: Metrics | None = None,
     ) -> None:
         self.camera = camera
         self.queue = queue
@@ -54,6 +59,7 @@ class CameraPipeline:
         self.max_in_flight = max_in_flight
         self.roi = roi
         self.min_plate_width = min_plate_width
+        self.metrics = metrics
         self.stats = PipelineStats()
         self.last_result: FrameResult | None = None
 
@@ -61,18 +67,17 @@ class CameraPipeline:
         """Until the camera's queue ends; then flush the tracker (every pass reported)."""
         slots = asyncio.Semaphore(self.max_in_flight)
         # In-flight requests in frame order; its bound is the in-flight bound.
-        in_order: asyncio.Queue[tuple[Frame, asyncio.Task[tuple[PlateReading, ...]]] | None] = (
-            asyncio.Queue(self.max_in_flight)
-        )
+        in_order: asyncio.Queue[_InFlight | None] = asyncio.Queue(self.max_in_flight)
         collector = asyncio.create_task(
             self._collect(in_order, slots), name=f"{self.camera}-collect"
         )
         try:
             while (frame := await self.queue.get()) is not None:
                 await slots.acquire()
+                sent_at = time.monotonic()
                 task = asyncio.create_task(self.recognise(frame), name=f"{self.camera}-infer")
                 self.stats.sent += 1
-                await in_order.put((frame, task))
+                await in_order.put((frame, task, sent_at))
             await in_order.put(None)
             await collector
         finally:
@@ -88,20 +93,26 @@ class CameraPipeline:
 
     async def _collect(
         self,
-        in_order: asyncio.Queue[tuple[Frame, asyncio.Task[tuple[PlateReading, ...]]] | None],
+        in_order: asyncio.Queue[_InFlight | None],
         slots: asyncio.Semaphore,
     ) -> None:
         while (item := await in_order.get()) is not None:
-            frame, task = item
+            frame, task, sent_at = item
             try:
                 plates = await task
             except InferenceError as exc:
                 self.stats.failed += 1
+                if self.metrics is not None:
+                    self.metrics.triton_errors.labels(exc.kind).inc()
                 LOG.debug("%s: frame %d failed: %s", self.camera, frame.index, exc)
                 continue
             finally:
                 slots.release()
             self.stats.answered += 1
+            if self.metrics is not None:
+                self.metrics.inference_latency.labels(self.camera).observe(
+                    time.monotonic() - sent_at
+                )
             result = FrameResult(frame, self._keep(plates))
             self.stats.plates += len(result.plates)
             self.last_result = result

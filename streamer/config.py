@@ -562,10 +562,17 @@ class WebConfig(_Section):
 
 
 class MetricsConfig(_Section):
-    """The Prometheus metrics endpoint."""
+    """The operations endpoint: Prometheus /metrics, /healthz and /readyz."""
 
-    enabled: bool = Field(True, description="Serve Prometheus metrics.")
-    port: int = Field(9108, ge=1, le=65535, description="TCP port of the /metrics endpoint.")
+    enabled: bool = Field(True, description="Serve /metrics, /healthz and /readyz.")
+    host: str = Field(
+        "127.0.0.1",
+        min_length=1,
+        description="Address to bind (0.0.0.0 in a container so Prometheus can scrape it).",
+    )
+    port: int = Field(
+        9108, ge=0, le=65535, description="TCP port of /metrics, /healthz, /readyz (0: any free)."
+    )
 
 
 class LogConfig(_Section):

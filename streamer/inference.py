@@ -31,7 +31,11 @@ OUTPUTS = ("boxes", "det_scores", "texts", "text_scores")
 
 
 class InferenceError(Exception):
-    """A frame could not be recognised (deadline, broken stream, model error)."""
+    """A frame could not be recognised; ``kind`` is deadline, stream or model."""
+
+    def __init__(self, message: str, kind: str = "model") -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 @dataclass
@@ -98,7 +102,7 @@ class PlateRecognizer:
 
     async def recognise(self, frame: Frame) -> tuple[PlateReading, ...]:
         if self._closed:
-            raise InferenceError("client closed")
+            raise InferenceError("client closed", "stream")
         rid = f"{frame.camera}:{frame.index}:{next(self._ids)}"
         tensor = await asyncio.to_thread(_image_input, frame.image)
         future: asyncio.Future[tuple[PlateReading, ...]] = (
@@ -119,7 +123,8 @@ class PlateRecognizer:
         except TimeoutError:
             self.stats.timed_out += 1
             raise InferenceError(
-                f"no answer within {self.request_timeout_s:g} s for frame {frame.index}"
+                f"no answer within {self.request_timeout_s:g} s for frame {frame.index}",
+                "deadline",
             ) from None
         finally:
             self._pending.pop(rid, None)
@@ -207,7 +212,7 @@ class PlateRecognizer:
         for future in self._pending.values():
             if not future.done():
                 self.stats.failed += 1
-                future.set_exception(InferenceError(reason))
+                future.set_exception(InferenceError(reason, "stream"))
 
 
 def _image_input(image: np.ndarray) -> InferInput:

@@ -157,6 +157,11 @@ class PassDetector:
         self._last: Frame | None = None
         self._t = -math.inf
 
+    @property
+    def active_tracks(self) -> int:
+        """Confirmed tracks alive now (for the ``lpr_active_tracks`` gauge)."""
+        return sum(1 for tid in self._tracker.track_ids if self._tracker.is_confirmed(tid))
+
     def update(self, result: FrameResult) -> list[PlatePass]:
         """Process one frame's reads; returns the passes decided at this frame."""
         frame = result.frame

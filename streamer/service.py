@@ -15,12 +15,16 @@ import signal
 import time
 from dataclasses import dataclass, field, fields
 
+from prometheus_client.core import Metric
+
 from streamer.camera_pipeline import CameraPipeline
 from streamer.config import CameraConfig, Settings
 from streamer.events import EventSink, JsonLinesSink, PlateEvent, build_event
 from streamer.frame_queue import FrameQueue
 from streamer.inference import PlateRecognizer
 from streamer.ingest import CameraSource
+from streamer.metrics import Metrics, counter, gauge
+from streamer.ops_server import OpsServer
 from streamer.passes import PassDetector, PassParams, PlatePass
 from streamer.plate_formats import PlateFormats
 from streamer.tracker import TrackerParams
@@ -63,6 +67,9 @@ class Service:
         self.cameras: dict[str, Camera] = {}
         self.recent = EventLog()
         self.events_emitted = 0
+        self.metrics = Metrics()
+        self.metrics.add_collector(self._collect_state)
+        self.ops: OpsServer | None = None
         self._stop = asyncio.Event()
         self._event_lock = asyncio.Lock()
 
@@ -86,6 +93,9 @@ class Service:
         return 0
 
     async def _start(self) -> None:
+        if self.settings.metrics.enabled:
+            self.ops = OpsServer(self.metrics.registry, self.readiness)
+            await self.ops.start(self.settings.metrics.host, self.settings.metrics.port)
         triton = self.settings.triton
         url = triton.url
         if url is None:
@@ -159,6 +169,7 @@ class Service:
             max_in_flight=self.settings.triton.max_in_flight_per_camera,
             roi=tuple(config.roi) if config.roi else None,  # type: ignore[arg-type]
             min_plate_width=config.min_plate_width,
+            metrics=self.metrics,
         )
         return Camera(config, queue, source, pipeline)
 
@@ -167,6 +178,10 @@ class Service:
             event = await build_event(plate_pass, self.settings.events.crop_jpeg_quality)
             async with self._event_lock:  # one event at a time, in order, to every sink
                 self.events_emitted += 1
+                self.metrics.events.labels(event.camera).inc()
+                self.metrics.frame_to_event_latency.labels(event.camera).observe(
+                    time.monotonic() - event.first_seen_monotonic
+                )
                 self.recent.add(event)
                 LOG.info(
                     "event %s: %s on %s (track %d, %d reads, %s, %.1f s after first seen)",
@@ -180,6 +195,70 @@ class Service:
                 )
                 for sink in self.sinks:
                     await sink.publish(event)
+
+    def readiness(self) -> tuple[bool, dict[str, object]]:
+        """Ready when the Triton stream is open (model ready) and every sink is healthy."""
+        triton_ready = self.recognizer is not None and self.recognizer.ready
+        sinks_ok = all(getattr(sink, "healthy", True) for sink in self.sinks)
+        cameras = {
+            name: {
+                "state": camera.source.stats.state,
+                "url": camera.config.redacted_url,
+                "last_error": camera.source.stats.last_error,
+            }
+            for name, camera in self.cameras.items()
+        }
+        details: dict[str, object] = {
+            "triton": "ready" if triton_ready else "unavailable",
+            "sinks": "ok" if sinks_ok else "failing",
+            "cameras": cameras,
+        }
+        return triton_ready and sinks_ok, details
+
+    def _collect_state(self) -> list[Metric]:
+        """Counters kept by the decode threads and pipelines, read at scrape time."""
+        per_camera = {
+            "lpr_frames_decoded": ("Frames decoded.", lambda c: c.source.stats.decoded),
+            "lpr_frames_sampled": (
+                "Frames kept by sampling (converted and queued).",
+                lambda c: c.source.stats.sampled,
+            ),
+            "lpr_frames_sent": ("Frames sent to Triton.", lambda c: c.pipeline.stats.sent),
+            "lpr_decode_errors": (
+                "Damaged packets or frames skipped or concealed.",
+                lambda c: c.source.stats.decode_errors,
+            ),
+            "lpr_camera_reconnects": (
+                "Reconnect attempts after a lost or failed source.",
+                lambda c: c.source.stats.reconnects,
+            ),
+        }
+        families: list[Metric] = []
+        for name, (doc, value) in per_camera.items():
+            family = counter(name, doc, ["camera"])
+            for camera_name, camera in self.cameras.items():
+                family.add_metric([camera_name], value(camera))
+            families.append(family)
+        dropped = counter(
+            "lpr_frames_dropped",
+            "Sampled frames not recognised, by reason: backpressure (inference behind, "
+            "oldest waiting frame dropped) or inference_failed.",
+            ["camera", "reason"],
+        )
+        in_flight = gauge("lpr_frames_in_flight", "Frames at Triton now.", ["camera"])
+        tracks = gauge("lpr_active_tracks", "Confirmed plate tracks now.", ["camera"])
+        up = gauge("lpr_camera_up", "1 while the camera delivers frames.", ["camera"])
+        for camera_name, c in self.cameras.items():
+            dropped.add_metric([camera_name, "backpressure"], c.queue.dropped)
+            dropped.add_metric([camera_name, "inference_failed"], c.pipeline.stats.failed)
+            stats = c.pipeline.stats
+            in_flight.add_metric([camera_name], stats.sent - stats.answered - stats.failed)
+            tracks.add_metric([camera_name], c.pipeline.passes.active_tracks)
+            up.add_metric([camera_name], 1.0 if c.source.stats.state == "connected" else 0.0)
+        ready = gauge("lpr_triton_ready", "1 while the stream to Triton is open.", [])
+        ready.add_metric([], 1.0 if self.recognizer is not None and self.recognizer.ready else 0)
+        families += [dropped, in_flight, tracks, up, ready]
+        return families
 
     async def _wait(self) -> None:
         stop = asyncio.create_task(self._stop.wait(), name="stop-signal")
@@ -221,3 +300,5 @@ class Service:
             await self.recognizer.close()
         if self.triton is not None:
             await self.triton.astop()
+        if self.ops is not None:
+            await self.ops.stop()

@@ -1,0 +1,105 @@
+"""Prometheus metrics of the service (prometheus-client), one registry per service.
+
+Counters that the decode threads and pipelines already keep (frames decoded,
+sampled, dropped, decode errors, reconnects, ...) are read at scrape time by a
+collector, so the hot paths carry no extra locking. What only exists at one
+moment (latencies, events, webhook deliveries) is observed where it happens.
+
+Names follow Prometheus conventions: base units (seconds), ``_total`` for
+counters, ``camera`` / ``target`` labels. The list is in docs/metrics.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+#: Latency buckets: a CPU Triton answers in 0.1-3 s, a GPU one in 5-50 ms.
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+#: Frame-to-event: an event waits for the vote (seconds to max_delay_s).
+EVENT_LATENCY_BUCKETS = (0.25, 0.5, 1, 2, 4, 6, 8, 10, 15, 20, 30, 60, 120)
+
+
+class Metrics:
+    """Everything observed in place; state read at scrape time comes through ``add_collector``."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.inference_latency = Histogram(
+            "lpr_inference_latency_seconds",
+            "Time from sending a frame to Triton to its answer.",
+            ["camera"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.frame_to_event_latency = Histogram(
+            "lpr_frame_to_event_latency_seconds",
+            "Time from decoding the first frame of a vehicle pass to its event.",
+            ["camera"],
+            buckets=EVENT_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.events = Counter(
+            "lpr_events", "Plate events emitted (one per vehicle pass).", ["camera"], registry=r
+        )
+        self.triton_errors = Counter(
+            "lpr_triton_errors",
+            "Frames Triton did not answer, by kind (model, deadline, stream).",
+            ["kind"],
+            registry=r,
+        )
+        self.webhook_deliveries = Counter(
+            "lpr_webhook_deliveries",
+            "Webhook delivery attempts by target and outcome (delivered, retry, dead_letter).",
+            ["target", "outcome"],
+            registry=r,
+        )
+        self.webhook_retries = Counter(
+            "lpr_webhook_retries", "Webhook deliveries scheduled again.", ["target"], registry=r
+        )
+        self.webhook_dead_letters = Counter(
+            "lpr_webhook_dead_letters",
+            "Events given up on for a target (non-retryable answer).",
+            ["target"],
+            registry=r,
+        )
+        self.outbox_depth = Gauge(
+            "lpr_outbox_depth", "Events not yet delivered, per target.", ["target"], registry=r
+        )
+        self.outbox_oldest_age = Gauge(
+            "lpr_outbox_oldest_undelivered_age_seconds",
+            "Age of the oldest event not yet delivered, per target.",
+            ["target"],
+            registry=r,
+        )
+        self.outbox_errors = Counter(
+            "lpr_outbox_errors", "Outbox database errors (disk full, ...).", registry=r
+        )
+
+    def add_collector(self, collect: Callable[[], Iterable[Metric]]) -> None:
+        """Register a function that yields metric families at every scrape."""
+        self.registry.register(_FunctionCollector(collect))
+
+
+class _FunctionCollector(Collector):
+    def __init__(self, collect: Callable[[], Iterable[Metric]]) -> None:
+        self._collect = collect
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._collect()
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(())  # unchecked: names are stable and tested
+
+
+def counter(name: str, documentation: str, labels: list[str]) -> CounterMetricFamily:
+    """A counter family for a collector (``name`` without ``_total``)."""
+    return CounterMetricFamily(name, documentation, labels=labels)
+
+
+def gauge(name: str, documentation: str, labels: list[str]) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, documentation, labels=labels)
