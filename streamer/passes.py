@@ -53,6 +53,16 @@ PassReason = Literal["confident", "track_ended", "max_delay", "flush"]
 
 
 @dataclass(frozen=True, slots=True)
+class TrackedPlate:
+    """A plate of the latest frame as the live view shows it."""
+
+    box: tuple[float, float, float, float]
+    text: str  # the track's voted text when it is a valid plate, else this frame's read
+    track_id: int | None  # None: not (yet) associated with a track
+    confirmed: bool
+
+
+@dataclass(frozen=True, slots=True)
 class PassParams:
     """When a tracked plate is reported.
 
@@ -149,6 +159,7 @@ class PassDetector:
         self.formats = formats or PlateFormats()
         self.min_text_score = min_text_score
         self.suppressed = 0
+        self.last_tracked: tuple[TrackedPlate, ...] = ()
         self._tracker = PlateTracker(tracker)
         self._tracks: dict[int, _TrackState] = {}
         self._reported: set[int] = set()  # live tracks already decided
@@ -194,6 +205,7 @@ class PassDetector:
         for tid in update.confirmed:
             if tid in self._tracks:
                 self._tracks[tid].confirmed = True
+        self.last_tracked = self._label(plates, dict(update.assignments))
         for tid in update.ended:
             passes += self._end(tid, "track_ended", t)
 
@@ -214,6 +226,20 @@ class PassDetector:
                 passes += self._report(tid, vote, "max_delay", t)
                 self._reported.add(tid)
         return passes
+
+    def _label(
+        self, plates: tuple[PlateReading, ...], track_of: dict[int, int]
+    ) -> tuple[TrackedPlate, ...]:
+        """What the live view draws: each plate with its track and the track's voted text."""
+        labelled = []
+        for i, plate in enumerate(plates):
+            tid = track_of.get(i)
+            state = self._tracks.get(tid) if tid is not None else None
+            vote = state.vote.result() if state is not None else None
+            text = vote.text if vote is not None and vote.valid else plate.text
+            confirmed = state is not None and state.confirmed
+            labelled.append(TrackedPlate(plate.box, text, tid, confirmed))
+        return tuple(labelled)
 
     def flush(self) -> list[PlatePass]:
         """End of stream: end every track and report those that qualify."""

@@ -29,6 +29,7 @@ from streamer.passes import PassDetector, PassParams, PlatePass
 from streamer.plate_formats import PlateFormats
 from streamer.tracker import TrackerParams
 from streamer.triton_server import EmbeddedTriton
+from streamer.view_source import CameraStatus, Snapshot
 
 LOG = logging.getLogger(__name__)
 
@@ -195,6 +196,42 @@ class Service:
                 )
                 for sink in self.sinks:
                     await sink.publish(event)
+
+    # -- ViewSource (streamer/view_source.py): what the web view reads ---------------------
+
+    def camera_status(self) -> list[CameraStatus]:
+        statuses = []
+        for name, camera in self.cameras.items():
+            stats, pipeline = camera.source.stats, camera.pipeline
+            last = pipeline.last_result
+            statuses.append(
+                CameraStatus(
+                    name=name,
+                    state=stats.state,
+                    url=camera.config.redacted_url,
+                    decode_fps=round(stats.fps, 2),
+                    sample_fps=camera.config.sample_fps,
+                    last_error=stats.last_error,
+                    frames_decoded=stats.decoded,
+                    frames_sent=pipeline.stats.sent,
+                    frames_dropped=camera.queue.dropped + pipeline.stats.failed,
+                    width=last.frame.width if last else None,
+                    height=last.frame.height if last else None,
+                )
+            )
+        return statuses
+
+    def snapshot(self, camera: str) -> Snapshot | None:
+        entry = self.cameras.get(camera)
+        if entry is None or entry.pipeline.last_result is None:
+            return None
+        return Snapshot(entry.pipeline.last_result.frame, entry.pipeline.passes.last_tracked)
+
+    def recent_events(self) -> list[PlateEvent]:
+        return list(self.recent.events)
+
+    def event(self, event_id: str) -> PlateEvent | None:
+        return next((e for e in self.recent.events if e.event_id == event_id), None)
 
     def readiness(self) -> tuple[bool, dict[str, object]]:
         """Ready when the Triton stream is open (model ready) and every sink is healthy."""

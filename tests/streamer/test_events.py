@@ -1,0 +1,78 @@
+"""Events: payload, JPEG crop, JSON-lines sinks."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import time
+import uuid
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+from streamer.events import JsonLinesSink, build_event, crop_jpeg
+from streamer.frames import Frame, PlateReading
+from streamer.passes import PlatePass
+
+
+def _pass() -> PlatePass:
+    image = np.zeros((100, 200, 3), np.uint8)
+    image[40:60, 50:150] = (255, 255, 255)  # the "plate"
+    frame = Frame("gate", 7, 12.5, 1_767_225_600.25, time.monotonic(), image)
+    empty = Frame("gate", 3, 11.0, 1_767_225_598.75, frame.monotonic - 1.5, np.zeros((0, 0, 3)))
+    reading = PlateReading((50.0, 40.0, 150.0, 60.0), 0.7, "O567AM76", 0.95)
+    return PlatePass(
+        camera="gate",
+        track_id=4,
+        text="O567AM76",
+        confidence=0.9,
+        candidates=[("O567AM76", 0.9), ("C567AM76", 0.1)],
+        reads=12,
+        support=11,
+        exact=10,
+        first_seen=empty,
+        last_seen=frame,
+        best=reading,
+        best_frame=frame,
+        reason="confident",
+        time_s=12.5,
+    )
+
+
+async def test_event_payload_and_crop() -> None:
+    event = await build_event(_pass(), jpeg_quality=90)
+    payload = event.to_dict()
+    uuid.UUID(payload["event_id"])
+    assert payload["type"] == "plate" and payload["camera"] == "gate"
+    assert payload["text"] == "O567AM76" and payload["track_id"] == 4 and payload["reads"] == 12
+    assert payload["first_seen"] == {"utc": "2025-12-31T23:59:58.750+00:00", "stream_time_s": 11.0}
+    assert payload["last_seen"]["utc"] == "2026-01-01T00:00:00.250+00:00"
+    assert payload["candidates"][1] == {"text": "C567AM76", "score": 0.1}
+    crop = cv2.imdecode(np.frombuffer(base64.b64decode(payload["crop_jpeg_base64"]), np.uint8), 1)
+    # 100x20 box with a 15 % margin on each side.
+    assert crop.shape[:2] == (27, 131)
+    assert crop[13, 65].mean() > 200 and crop[1, 1].mean() < 50
+    assert "crop_jpeg_base64" not in event.to_dict(include_crop=False)
+
+
+def test_crop_of_a_box_outside_the_frame_is_still_a_jpeg() -> None:
+    jpeg = crop_jpeg(np.zeros((10, 10, 3), np.uint8), (50.0, 50.0, 60.0, 60.0), 80)
+    assert jpeg[:2] == b"\xff\xd8"
+
+
+async def test_json_lines_sinks(tmp_path: Path) -> None:
+    event = await build_event(_pass(), jpeg_quality=90)
+    path = tmp_path / "sub" / "events.jsonl"
+    to_file = JsonLinesSink(path)
+    stream = io.StringIO()
+    to_stream = JsonLinesSink(stream=stream, include_crop=False)
+    for sink in (to_file, to_stream):
+        await sink.publish(event)
+        await sink.publish(event)
+        await sink.close()
+    lines = path.read_text().splitlines()
+    assert len(lines) == 2 and json.loads(lines[0])["event_id"] == event.event_id
+    assert "crop_jpeg_base64" in json.loads(lines[0])
+    assert [json.loads(x)["text"] for x in stream.getvalue().splitlines()] == ["O567AM76"] * 2
