@@ -28,6 +28,7 @@ import numpy as np
 import tritonclient.grpc.aio as aioclient
 from tritonclient.grpc import InferInput, InferRequestedOutput, InferResult
 
+from streamer import outbox_cli
 from streamer.logs import setup_logging
 from streamer.plate_formats import PlateFormats
 from streamer.triton_server import EmbeddedTriton
@@ -189,6 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--config", type=Path, required=True, help="YAML config (configs/demo.yaml)")
     run.add_argument("--once", action="store_true", help="play file cameras once, then exit")
     run.set_defaults(func=_cmd_run)
+    outbox_cli.add_parser(sub)
     recognise = sub.add_parser("recognise", help="print the plates of a video or image file")
     recognise.add_argument("path", type=Path)
     recognise.add_argument("--every", type=int, default=3, help="send every Nth frame")

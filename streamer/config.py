@@ -552,10 +552,12 @@ class WebConfig(_Section):
         max_length=255,
         description="Address to listen on; 0.0.0.0 for every interface.",
     )
-    port: int = Field(8080, ge=1, le=65535, description="TCP port to listen on.")
+    port: int = Field(8080, ge=0, le=65535, description="TCP port to listen on (0: any free).")
     token: SecretStr | None = Field(
         None,
-        description="Bearer token required by the API; absent or empty: no authentication.",
+        description="Token every page, API and stream request must carry (Authorization: "
+        "Bearer, or ?token=); required unless host is 127.0.0.1, ::1 or localhost; absent or "
+        "empty: no authentication.",
     )
 
     @field_validator("token", mode="before")
@@ -843,7 +845,7 @@ class Settings(_Section):
     @classmethod
     def _distinct_ports(cls, metrics: MetricsConfig, info: ValidationInfo) -> MetricsConfig:
         web = info.data.get("web")
-        if metrics.enabled and web is not None and metrics.port == web.port:
+        if metrics.enabled and web is not None and metrics.port == web.port != 0:
             raise ValueError(
                 f"metrics.port and web.port are both {web.port}: choose another port for one"
             )

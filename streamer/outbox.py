@@ -134,8 +134,6 @@ class Outbox:
 
     def __init__(self, path: Path, targets: Sequence[str], metrics: Metrics | None = None) -> None:
         """Use :meth:`open`; this only sets the object up."""
-        if not targets:
-            raise ValueError("an outbox needs at least one target")
         if len(set(targets)) != len(targets):
             raise ValueError(f"target names must be unique, got {list(targets)}")
         self.path = Path(path)
@@ -303,6 +301,8 @@ class Outbox:
         """Commit ``event`` and a pending delivery per target; returns after the commit
         (the durability point). False when the event id was already there (nothing done).
         """
+        if not self.targets:
+            raise ValueError("the outbox was opened without targets: nothing to deliver to")
         payload = json.dumps(event.to_dict(include_crop=False), ensure_ascii=False)
         crop = bytes(event.crop_jpeg)
         targets = self.targets

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import signal
 import time
@@ -30,6 +31,7 @@ from streamer.plate_formats import PlateFormats
 from streamer.tracker import TrackerParams
 from streamer.triton_server import EmbeddedTriton
 from streamer.view_source import CameraStatus, Snapshot
+from streamer.webhooks import create_webhook_sink
 
 LOG = logging.getLogger(__name__)
 
@@ -121,6 +123,9 @@ class Service:
             self.sinks.append(JsonLinesSink.stdout(include_crop=False))
         if events.file is not None:
             self.sinks.append(JsonLinesSink(events.file))
+        webhooks = await create_webhook_sink(self.settings, self.metrics)
+        if webhooks is not None:
+            self.sinks.append(webhooks)
 
         for config in self.settings.cameras:
             if config.enabled:
@@ -195,7 +200,17 @@ class Service:
                     time.monotonic() - event.first_seen_monotonic,
                 )
                 for sink in self.sinks:
-                    await sink.publish(event)
+                    try:
+                        await sink.publish(event)
+                    except Exception:
+                        # Loud, never silent: the metric and /readyz show the sink's
+                        # failure; the event itself goes to the log so it can be replayed.
+                        LOG.exception(
+                            "sink %s could not take event %s: %s",
+                            sink.name,
+                            event.event_id,
+                            json.dumps(event.to_dict(include_crop=False)),
+                        )
 
     # -- ViewSource (streamer/view_source.py): what the web view reads ---------------------
 
