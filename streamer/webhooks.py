@@ -449,7 +449,7 @@ class WebhookSink:
             if target.failing:
                 target.failing = False
                 LOG.info("webhook %s: delivering again", name)
-            LOG.debug("webhook %s: delivered event %s", name, item.event_id)
+            LOG.info("webhook %s: delivered event %s", name, item.event_id)
             return
         error = outcome.error or "unknown error"
         if outcome.kind == "dead":
