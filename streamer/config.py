@@ -44,6 +44,7 @@ from pydantic import (
     ValidationError,
     ValidationInfo,
     field_validator,
+    model_validator,
 )
 from pydantic.fields import FieldInfo
 
@@ -543,9 +544,13 @@ class EventsConfig(_Section):
         return None if value is None else Path(_resolve_path(value, info))
 
 
+_LOOPBACK_HOSTS = frozenset({"127.0.0.1", "::1", "localhost"})
+
+
 class WebConfig(_Section):
     """The HTTP server (live view and API)."""
 
+    enabled: bool = Field(True, description="Serve the live view and the REST API.")
     host: str = Field(
         "127.0.0.1",
         min_length=1,
@@ -564,6 +569,15 @@ class WebConfig(_Section):
     @classmethod
     def _token_empty_is_none(cls, value: Any) -> Any:
         return _empty_to_none(value)
+
+    @model_validator(mode="after")
+    def _token_off_loopback(self) -> WebConfig:
+        if self.enabled and self.token is None and self.host not in _LOOPBACK_HOSTS:
+            raise ValueError(
+                f"web.token is required when web.host is {self.host!r} (not loopback): "
+                "set it, e.g. token: ${WEB_TOKEN}"
+            )
+        return self
 
 
 class MetricsConfig(_Section):

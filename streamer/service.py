@@ -31,6 +31,7 @@ from streamer.plate_formats import PlateFormats
 from streamer.tracker import TrackerParams
 from streamer.triton_server import EmbeddedTriton
 from streamer.view_source import CameraStatus, Snapshot
+from streamer.web import WebServer
 from streamer.webhooks import create_webhook_sink
 
 LOG = logging.getLogger(__name__)
@@ -73,6 +74,7 @@ class Service:
         self.metrics = Metrics()
         self.metrics.add_collector(self._collect_state)
         self.ops: OpsServer | None = None
+        self.web: WebServer | None = None
         self._stop = asyncio.Event()
         self._event_lock = asyncio.Lock()
 
@@ -99,6 +101,9 @@ class Service:
         if self.settings.metrics.enabled:
             self.ops = OpsServer(self.metrics.registry, self.readiness)
             await self.ops.start(self.settings.metrics.host, self.settings.metrics.port)
+        if self.settings.web.enabled:
+            self.web = WebServer(self, self.settings.web)
+            await self.web.start()
         triton = self.settings.triton
         url = triton.url
         if url is None:
@@ -330,6 +335,8 @@ class Service:
 
     async def _shutdown(self) -> None:
         """Idempotent; every task cancelled or finished and awaited."""
+        if self.web is not None:  # viewers let go before the cameras stop
+            await self.web.stop()
         for camera in self.cameras.values():
             await camera.source.astop()
         for camera in self.cameras.values():

@@ -674,3 +674,12 @@ def test_malformed_network_url_is_never_echoed(tmp_path: Path) -> None:
         load_config(config)
     assert "cameras[a].url" in str(caught.value)
     assert "hunter2" not in str(caught.value)
+
+
+def test_web_off_loopback_needs_a_token(tmp_path: Path) -> None:
+    config = tmp_path / "open.yaml"
+    config.write_text("cameras: [{name: a, url: x.ts}]\nweb: {host: 0.0.0.0}\n")
+    with pytest.raises(ConfigError, match=r"web\.token is required"):
+        load_config(config)
+    config.write_text("cameras: [{name: a, url: x.ts}]\nweb: {host: 0.0.0.0, token: t0k}\n")
+    assert load_config(config).web.token is not None

@@ -24,7 +24,7 @@ def _config(tmp_path: Path, triton: str, events: str = "") -> Path:
         f"cameras:\n  - {{name: yard, url: '{CLIP}', sample_fps: 5, realtime: false}}\n"
         f"{triton}"
         f"events: {{stdout: false{events}}}\n"
-        "metrics: {port: 0}\n"
+        "metrics: {port: 0}\nweb: {port: 0}\n"
     )
     return config
 

@@ -87,7 +87,7 @@ def _four_camera_config(tmp_path: Path, triton_url: str, events_file: Path) -> P
         f"cameras:\n{cameras}\n"
         f"triton: {{url: '{triton_url}', max_in_flight_per_camera: 1}}\n"
         f"events: {{stdout: false, file: '{events_file}', max_delay_s: 4}}\n"
-        "metrics: {port: 0}\n"
+        "metrics: {port: 0}\nweb: {port: 0}\n"
     )
     return config
 
@@ -172,7 +172,7 @@ def _rtsp_config(tmp_path: Path, url: str) -> Path:
         "      stall_timeout_s: 3, reconnect_max_delay_s: 1}\n"
         "triton: {max_in_flight_per_camera: 2}\n"
         "events: {stdout: true}\n"
-        "metrics: {port: 0}\n"
+        "metrics: {port: 0}\nweb: {port: 0}\n"
     )
     return config
 
@@ -258,7 +258,7 @@ async def test_fifty_damaged_clips_are_survived_and_their_valid_parts_used(
         f"triton: {{url: '{triton_server.grpc_url}', max_in_flight_per_camera: 1,"
         " request_timeout_s: 300}\n"
         f"events: {{stdout: false, file: '{events_file}'}}\n"
-        "metrics: {port: 0}\n"
+        "metrics: {port: 0}\nweb: {port: 0}\n"
     )
     service = Service(load_config(config), once=True)
     assert await asyncio.wait_for(service.run(), 900) == 0
