@@ -21,7 +21,7 @@ MODEL_INPUT_SIZE ?= 736x1280
 MODEL_SOURCES := $(wildcard converters/*.py converters/*/*.py converters/templates/*) \
 	$(wildcard model_repository/plate_recognition/1/*.py)
 
-.PHONY: setup models test demo lint clean
+.PHONY: setup models test demo bench lint clean
 
 setup: $(STAMPS)/venv $(STAMPS)/triton-env $(STAMPS)/system
 
@@ -68,6 +68,11 @@ test: setup models
 demo: setup models
 	LPR_ASSETS_DIR=$$($(BIN)/python -c 'from converters import assets; print(assets.default_assets_dir())') \
 		$(BIN)/python -m streamer run --config configs/demo.yaml --once
+
+# Side-by-side performance suite (about 20 minutes): docs/PERFORMANCE.md + bench/results/*.json.
+bench: setup models
+	$(BIN)/pip install --quiet -e '.[convert,dev,bench]'
+	$(BIN)/python -m bench
 
 lint: $(STAMPS)/venv
 	$(BIN)/ruff check .

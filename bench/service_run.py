@@ -1,0 +1,232 @@
+"""The service as the benchmarks run it: ``streamer.service.Service`` on file cameras.
+
+In-process (:func:`run_service`, P1/P2): ``Service(load_config(cfg), once=True)`` plays every
+file camera once as fast as possible (``realtime: false``: the decode thread waits for the
+pipeline, nothing is dropped) against a running Triton (``triton.url``); frames/s is frames
+answered over the wall time of ``Service.run()`` (connect, play, drain, shut down).
+
+As a worker process (P4, the soak)::
+
+    python -m bench.service_run --config CFG --duration S --json OUT [--tracemalloc]
+
+runs ``Service(..., once=False)`` (files loop) for ``S`` seconds, then stops it as SIGTERM
+would, and writes the pipeline counters, its start and stop times (``time.monotonic()``, the
+same clock in every process) and the frame-to-event latency of every event published before
+the stop to ``OUT``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import sys
+import time
+import tracemalloc
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from bench.common import cpu_delta, self_cpu_s, tree_cpu_by_label
+from streamer.config import Settings, load_config
+from streamer.events import PlateEvent
+from streamer.service import Service
+
+SERVICE_LOG_LEVEL = logging.WARNING
+TRACEMALLOC_FRAMES = 8
+TRACEMALLOC_TOP = 15
+
+
+class RecordingSink:
+    """An event sink that keeps each event's frame-to-event latency (as the metric does)."""
+
+    name = "bench-recorder"
+    healthy = True
+
+    def __init__(self) -> None:
+        self.latencies_s: list[float] = []
+        self.published_at: list[float] = []  # time.monotonic() of each event
+        self.texts: list[str] = []
+
+    async def publish(self, event: PlateEvent) -> None:
+        now = time.monotonic()
+        self.latencies_s.append(now - event.first_seen_monotonic)
+        self.published_at.append(now)
+        self.texts.append(event.text)
+
+    async def close(self) -> None:
+        return None
+
+
+@dataclass
+class ServiceSpec:
+    """What one service run reads and how."""
+
+    clips: list[Path]
+    triton_url: str
+    sample_fps: float
+    realtime: bool = False
+    triton_extra: dict[str, Any] = field(default_factory=dict)
+    events_extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _switched_off(section: str) -> dict[str, Any] | None:
+    """Settings that keep a server section of the config from listening, if it has one."""
+    info = Settings.model_fields.get(section)
+    fields = getattr(info.annotation, "model_fields", {}) if info is not None else {}
+    if "enabled" in fields:
+        return {"enabled": False}
+    if "port" in fields:
+        return {"port": 0}
+    return None
+
+
+def write_config(spec: ServiceSpec, folder: Path) -> Path:
+    """A service config for ``spec`` in ``folder`` (events to a file there, no ports opened)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    config = {
+        "cameras": [
+            {
+                "name": f"cam{i}",
+                "url": str(clip.absolute()),
+                "sample_fps": spec.sample_fps,
+                "realtime": spec.realtime,
+            }
+            for i, clip in enumerate(spec.clips)
+        ],
+        "triton": {"url": spec.triton_url, **spec.triton_extra},
+        "events": {"stdout": False, "file": str(folder / "events.jsonl"), **spec.events_extra},
+        "log": {"level": logging.getLevelName(SERVICE_LOG_LEVEL)},
+    }
+    for section in ("metrics", "web"):  # no listening ports: nothing to collide with
+        off = _switched_off(section)
+        if off is not None:
+            config[section] = off
+    path = folder / "service.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def _counters(service: Service) -> dict[str, Any]:
+    cams = service.cameras.values()
+    return {
+        "frames": sum(c.pipeline.stats.answered for c in cams),
+        "sent": sum(c.pipeline.stats.sent for c in cams),
+        "failed": sum(c.pipeline.stats.failed for c in cams),
+        "decoded": sum(c.source.stats.decoded for c in cams),
+        "sampled": sum(c.source.stats.sampled for c in cams),
+        "dropped_backpressure": sum(c.queue.dropped for c in cams),
+        "plates": sum(c.pipeline.stats.plates for c in cams),
+        "events": service.events_emitted,
+        "camera_errors": [c.source.stats.last_error for c in cams if c.source.stats.last_error],
+    }
+
+
+async def _run(service: Service, duration_s: float | None) -> float | None:
+    """``service.run()``; with ``duration_s``, stopped then. The stop's time.monotonic()."""
+    stopped: list[float] = []
+
+    def stop() -> None:
+        stopped.append(time.monotonic())
+        service.request_stop()
+
+    if duration_s is not None:
+        asyncio.get_running_loop().call_later(duration_s, stop)
+    await service.run()
+    return stopped[0] if stopped else None
+
+
+def run_service(
+    spec: ServiceSpec, folder: Path, triton_pid: int | None, duration_s: float | None = None
+) -> dict[str, Any]:
+    """One in-process run; frames/s, CPU of this process and of Triton, events' latency."""
+    settings = load_config(write_config(spec, folder))
+    logging.getLogger("streamer").setLevel(SERVICE_LOG_LEVEL)
+    recorder = RecordingSink()
+
+    async def main() -> dict[str, Any]:
+        service = Service(settings, once=duration_s is None)
+        service.sinks.append(recorder)
+        cpu0, triton0 = self_cpu_s(), tree_cpu_by_label(triton_pid)
+        started = time.perf_counter()
+        await _run(service, duration_s)
+        wall = time.perf_counter() - started
+        counters = _counters(service)
+        triton = cpu_delta(triton0, tree_cpu_by_label(triton_pid))
+        return {
+            **counters,
+            "wall_s": wall,
+            "frames_per_s": counters["frames"] / wall if wall > 0 else 0.0,
+            "service_cpu_s": self_cpu_s() - cpu0,
+            "triton_cpu_s": sum(triton.values()),
+            "triton_cpu_by_process_s": triton,
+            "event_latency_s": recorder.latencies_s,
+            "distinct_texts": len(set(recorder.texts)),
+        }
+
+    return asyncio.run(main())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="the service for a fixed time (P4 worker)")
+    parser.add_argument("--config", type=Path, required=True)
+    parser.add_argument("--duration", type=float, required=True, help="seconds")
+    parser.add_argument("--json", type=Path, required=True)
+    parser.add_argument(
+        "--tracemalloc",
+        action="store_true",
+        help="compare Python allocations at 20 %% of the run with the end (slower)",
+    )
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    settings = load_config(args.config)
+    recorder = RecordingSink()
+    snapshots: list[tracemalloc.Snapshot] = []
+    if args.tracemalloc:
+        tracemalloc.start(TRACEMALLOC_FRAMES)
+
+    async def run() -> dict[str, Any]:
+        service = Service(settings, once=False)
+        service.sinks.append(recorder)
+        started = time.monotonic()
+        if args.tracemalloc:
+            asyncio.get_running_loop().call_later(
+                args.duration * 0.2, lambda: snapshots.append(tracemalloc.take_snapshot())
+            )
+        stopped = await _run(service, args.duration)
+        if args.tracemalloc:  # after the stop: the tracks flushed, what stays is what leaks
+            snapshots.append(tracemalloc.take_snapshot())
+        return {
+            **_counters(service),
+            "wall_s": time.monotonic() - started,
+            "started_monotonic": started,
+            "stop_monotonic": stopped,
+        }
+
+    result = asyncio.run(run())
+    # Events published after the stop are the shutdown's flush of open tracks (their
+    # "latency" is how long the track was open): kept apart.
+    stop = result["stop_monotonic"] or float("inf")
+    pairs = list(zip(recorder.published_at, recorder.latencies_s, strict=True))
+    result["event_latency_s"] = [lat for at, lat in pairs if at <= stop]
+    result["flushed_at_stop"] = sum(1 for at, _ in pairs if at > stop)
+    result["distinct_texts"] = len(set(recorder.texts))
+    if len(snapshots) == 2:
+        growth = snapshots[1].compare_to(snapshots[0], "traceback")
+        result["tracemalloc_growth"] = [
+            {
+                "size_diff_kib": stat.size_diff / 1024,
+                "count_diff": stat.count_diff,
+                "where": [f"{f.filename}:{f.lineno}" for f in stat.traceback],
+            }
+            for stat in growth[:TRACEMALLOC_TOP]
+        ]
+    args.json.write_text(json.dumps(result) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
