@@ -121,7 +121,12 @@ class Service:
             connect_timeout_s=triton.connect_timeout_s,
         )
         await self.recognizer.start()
-        await self.recognizer.wait_ready(triton.connect_timeout_s + 5)
+        try:
+            await self.recognizer.wait_ready(triton.connect_timeout_s + 5)
+        except TimeoutError:
+            # Keep running: the stream reconnects in the background, /readyz says
+            # not ready, and frames fail (counted) until Triton answers.
+            LOG.warning("Triton at %s is not ready yet; starting anyway, retrying", url)
 
         events = self.settings.events
         if events.stdout:
