@@ -113,6 +113,23 @@ class Figure:
         met = ratio >= self.target if self.higher_is_better else ratio <= self.target
         return "PASS" if met else "MISS"
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Figure:
+        """The inverse of :meth:`as_dict` (for re-rendering a results JSON)."""
+        return cls(
+            key=data["key"],
+            title=data["title"],
+            numerator=data["numerator"]["what"],
+            denominator=data["denominator"]["what"],
+            unit=data["unit"],
+            a=list(data["numerator"].get("samples", [])),
+            b=list(data["denominator"].get("samples", [])),
+            target=data["target"],
+            higher_is_better=data["target_op"] == ">=",
+            notes=list(data["notes"]),
+            extra=dict(data["extra"]),
+        )
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "key": self.key,

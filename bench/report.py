@@ -44,7 +44,12 @@ PLANS: dict[str, str] = {
         "inside Triton; (3) shared-memory transport (tritonclient system shm) for the frame; "
         "(4) letterbox with cv2 in UINT8 and convert to FP32 inside the detector model "
         "(TorchScript), so the BLS -> detector hop moves 4x fewer bytes. The profile shows "
-        "which of these dominates on the machine at hand."
+        "which of these dominates on the machine at hand. Also compare the detector process's "
+        "CPU per frame in the service with the seed client's run (same model, batch 1, in "
+        "P2's text): when it is higher, the detector's OpenMP threads spin while the BLS and "
+        "the decode thread hold a core (2 torch threads on 2 cores, oversubscribed); try "
+        "OMP_WAIT_POLICY=PASSIVE for the model stubs, or 1 torch thread and 2 detector "
+        "instances."
     ),
     "P2-1": (
         "With one camera the service keeps 2 frames in flight, so decoding and transfer "
@@ -76,6 +81,10 @@ PLANS: dict[str, str] = {
         "tracemalloc does not see."
     ),
 }
+
+
+#: Per-round ratios further apart than this (max / min) mean the run was disturbed.
+NOISY_SPREAD = 1.5
 
 
 def _fmt(value: float | None, unit: str) -> str:
@@ -143,7 +152,8 @@ def document(meta: dict[str, Any], figures: Sequence[Figure], table_md: str) -> 
     ]
     if plan["quick"]:
         lines += [
-            "> **Smoke run (`--quick`)**: tiny clips, 2 rounds, a 0.5-minute soak, on a "
+            f"> **Smoke run (`--quick`)**: 1-second clips, {plan['rounds']} rounds, a "
+            f"{plan['soak_minutes']:g}-minute soak, on a "
             "machine shared with other heavy jobs. These figures check that the suite works; "
             "they are not the measurement. `make bench` (about 20 minutes) gives those.",
             "",
@@ -272,10 +282,16 @@ def document(meta: dict[str, Any], figures: Sequence[Figure], table_md: str) -> 
     p4 = by_key.get("P4")
     if p4 is not None:
         lat = by_key.get("P4-latency")
+        plot = str(p4.extra.get("plot", ""))
+        ignored = plot.startswith("bench/results/")
         lines.append(
-            f"- **P4**: service RSS end/baseline {_fmt(p4.ratio, '')} "
-            f"([plot]({'../' + p4.extra['plot'] if 'plot' in p4.extra else ''}), "
-            "in bench/results/, which git ignores: attach or copy it when quoting)"
+            f"- **P4**: service RSS end/baseline {_fmt(p4.ratio, '')} ([plot](../{plot})"
+            + (
+                ", in bench/results/, which git ignores: attach it when quoting, or write it "
+                "elsewhere with `--plot PATH`)"
+                if ignored
+                else ")"
+            )
             + (
                 f"; frame-to-event latency p50 {_fmt(lat.extra.get('p50_s'), 's')} s, "
                 f"p99 {_fmt(lat.extra.get('p99_s'), 's')} s over {lat.extra.get('events')} "
@@ -294,12 +310,26 @@ def document(meta: dict[str, Any], figures: Sequence[Figure], table_md: str) -> 
         lines += ["None in this run.", ""]
     for f in missed:
         lines += [f"### {f.key}: {f.title} ({f.ratio:.2f}, target {f.target:g})", ""]
+        rounds = [r for r in f.round_ratios if r > 0]
+        if rounds and max(rounds) / min(rounds) > NOISY_SPREAD:
+            lines += [
+                f"The per-round ratios range from {min(rounds):.2f} to {max(rounds):.2f}: the "
+                "load of the machine changed under this run (other jobs), and a median of so "
+                "few runs does not settle it. Rerun before acting on this one.",
+                "",
+            ]
         commands = PROFILE_COMMANDS.get(f.key, [])
         if commands:
+            uses_profile = any("bench.profile" in c for c in commands)
             lines += [
-                "How to profile it (`bench/profile.py`: py-spy samples the process and "
-                "Triton's model stubs, prints where the samples fall and keeps the collapsed "
-                "stacks under bench/results/ for https://www.speedscope.app):",
+                "How to profile it"
+                + (
+                    " (`bench/profile.py`: py-spy samples the process and Triton's model stubs, "
+                    "prints where the samples fall and keeps the collapsed stacks under "
+                    "bench/results/ for https://www.speedscope.app):"
+                    if uses_profile
+                    else ":"
+                ),
                 "",
                 "```sh",
                 *commands,
