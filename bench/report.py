@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import posixpath
 from collections.abc import Sequence
 from typing import Any
 
@@ -284,8 +285,11 @@ def document(meta: dict[str, Any], figures: Sequence[Figure], table_md: str) -> 
         lat = by_key.get("P4-latency")
         plot = str(p4.extra.get("plot", ""))
         ignored = plot.startswith("bench/results/")
+        # Links are relative to the document's folder (both paths are relative to the project).
+        doc_dir = posixpath.dirname(str(meta.get("doc", "docs/PERFORMANCE.md")))
+        link = posixpath.relpath(plot, doc_dir or ".")
         lines.append(
-            f"- **P4**: service RSS end/baseline {_fmt(p4.ratio, '')} ([plot](../{plot})"
+            f"- **P4**: service RSS end/baseline {_fmt(p4.ratio, '')} ([plot]({link})"
             + (
                 ", in bench/results/, which git ignores: attach it when quoting, or write it "
                 "elsewhere with `--plot PATH`)"
@@ -302,6 +306,8 @@ def document(meta: dict[str, Any], figures: Sequence[Figure], table_md: str) -> 
             )
             + "."
         )
+        if plot and not ignored:
+            lines += ["", f"![P4: RSS of the service and of Triton over the soak]({link})"]
     lines.append("")
 
     missed = [f for f in figures if f.verdict == "MISS"]

@@ -17,7 +17,7 @@ both sides alike); ratio = median / median, with each side's median, min-max and
   latency p50/p99.
 * T transport variants: measured when ``TritonConfig`` offers a ``*transport*`` choice.
 
-Writes ``bench/results/<stamp>.json`` (raw: every run), ``bench/results/<stamp>-soak-rss.png``
+Writes ``bench/results/<stamp>.json`` (raw: every run), ``docs/PERFORMANCE-soak-rss.png``
 and ``docs/PERFORMANCE.md`` (the table). ``--quick``: a smoke run of a few minutes, tiny clips,
 0.5 min soak; its figures are not representative. Nothing is asserted: the exit code
 is 0 when every phase ran, whatever the verdicts.
@@ -53,6 +53,7 @@ from bench.common import (
     cpu_delta,
     log,
     loop_clip,
+    percentile,
     run_meta,
     run_with_rusage,
     self_cpu_s,
@@ -622,7 +623,7 @@ class Suite:
             warm = trim_clip(self.source, self.plan.warm_clip_s, self.workdir / "warm.ts")
             log("warm-up: the service with 4 cameras (not counted)")
             self.raw["four_camera_warmup"] = self.service([warm] * SOAK_CAMERAS)
-        plot = self.args.plot or RESULTS_DIR / f"{self.args.stamp}-soak-rss.png"
+        plot = self.args.plot or default_plot(self.args)
         minutes, shortened = self.soak_minutes()
         if shortened:
             log(f"P4 soak {shortened}")
@@ -676,6 +677,23 @@ class Suite:
                 },
             )
         )
+        self.figures.append(
+            Figure(
+                key="P4-triton",
+                title=f"soak, {SOAK_CAMERAS} cameras: Triton tree RSS end / baseline",
+                numerator="RSS, last 10 % (MiB)",
+                denominator="RSS, 10-20 % (MiB)",
+                unit="MiB",
+                a=list(result["triton_rss_end_mib"]),
+                b=list(result["triton_rss_baseline_mib"]),
+                target=None,
+                higher_is_better=False,
+                notes=[
+                    "tritonserver and its model stubs (the detector's torch, the BLS), RSS "
+                    "summed; same windows as P4; for information: the target is the service's"
+                ],
+            )
+        )
         latencies = result["event_latency_s"]
         self.figures.append(
             Figure(
@@ -691,6 +709,19 @@ class Suite:
                 notes=[
                     "from decoding the first frame of a vehicle pass to its event "
                     "(the metric lpr_frame_to_event_latency_seconds), every event of the soak",
+                    *_latency_by_reason(latencies, result.get("event_reasons", [])),
+                    *(
+                        [
+                            "mean time from sending a frame to Triton to its answer "
+                            f"(lpr_inference_latency_seconds): {inference:.2f} s"
+                        ]
+                        if (inference := result.get("inference_latency_mean_s"))
+                        else []
+                    ),
+                    f"the cameras ask for {SOAK_CAMERAS} x {SOAK_SAMPLE_FPS:g} frames/s and "
+                    f"Triton answers {result['frames_per_s']:.2f}: each camera's queue drops "
+                    "the oldest frame, so a pass has few reads and waits for the vote's "
+                    "max_delay_s or the end of its track more often than with fewer cameras",
                 ],
                 extra={
                     "p50_s": result["latency_p50_s"],
@@ -705,6 +736,31 @@ def _frames_alias(result: dict[str, Any]) -> dict[str, Any]:
     result["frames"] = result["decoded"]
     result["frames_per_s"] = result["decode_fps"]
     return result
+
+
+def _latency_by_reason(latencies: list[float], reasons: list[str]) -> list[str]:
+    """One note: events per reason for reporting, with the median latency of each."""
+    if len(reasons) != len(latencies) or not reasons:
+        return []
+    by_reason: dict[str, list[float]] = {}
+    for latency, reason in zip(latencies, reasons, strict=True):
+        by_reason.setdefault(reason, []).append(latency)
+    parts = [
+        f"{reason} {len(values)} (p50 {percentile(values, 50):.1f} s)"
+        for reason, values in sorted(by_reason.items(), key=lambda kv: -len(kv[1]))
+    ]
+    return [
+        "events by why they were reported: "
+        + ", ".join(parts)
+        + " (flush: the looping clip restarted, its time went backwards, which ends every track)"
+    ]
+
+
+def default_plot(args: argparse.Namespace) -> Path:
+    """The P4 plot goes next to the document it illustrates (committed with it), else to results."""
+    if args.no_doc:
+        return RESULTS_DIR / f"{args.stamp}-soak-rss.png"
+    return args.doc.with_name(f"{args.doc.stem}-soak-rss.png")
 
 
 def _problems(runs: dict[str, list[dict[str, Any]]]) -> list[str]:
@@ -791,7 +847,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--doc", type=Path, default=DOC, help="the table (default %(default)s)")
     parser.add_argument("--no-doc", action="store_true", help="write the JSON only")
     parser.add_argument("--json", type=Path, help="raw results (default bench/results/STAMP.json)")
-    parser.add_argument("--plot", type=Path, help="P4 RSS plot (default bench/results/STAMP-…png)")
+    parser.add_argument(
+        "--plot", type=Path, help="P4 RSS plot (default: next to --doc, DOC-soak-rss.png)"
+    )
     parser.add_argument("--keep-workdir", action="store_true", help="keep clips and configs")
     parser.add_argument(
         "--render", type=Path, metavar="JSON", help="only write --doc again from a results JSON"
@@ -824,6 +882,7 @@ def render(path: Path, doc: Path) -> int:
     figures = [Figure.from_dict(f) for f in data["figures"]]
     meta = data["meta"]
     meta.setdefault("json", _rel(path))
+    meta["doc"] = _rel(doc)
     table = report.table(figures)
     print(table)
     doc.write_text(report.document(meta, figures, table))
@@ -848,6 +907,7 @@ def main(argv: list[str] | None = None) -> int:
     meta["plan"] = asdict(plan)
     meta["full_plan"] = asdict(make_plan(parse_args([])))
     meta["phases"] = args.only
+    meta["doc"] = _rel(args.doc)
     log(f"plan: {asdict(plan)}; phases {args.only}")
     workdir = Path(tempfile.mkdtemp(prefix="lpr-bench-"))
     started = time.perf_counter()

@@ -50,12 +50,14 @@ class RecordingSink:
         self.latencies_s: list[float] = []
         self.published_at: list[float] = []  # time.monotonic() of each event
         self.texts: list[str] = []
+        self.reasons: list[str] = []  # why each pass was reported (confident, max_delay, ...)
 
     async def publish(self, event: PlateEvent) -> None:
         now = time.monotonic()
         self.latencies_s.append(now - event.first_seen_monotonic)
         self.published_at.append(now)
         self.texts.append(event.text)
+        self.reasons.append(event.reason)
 
     async def close(self) -> None:
         return None
@@ -121,8 +123,21 @@ def _counters(service: Service) -> dict[str, Any]:
         "dropped_backpressure": sum(c.queue.dropped for c in cams),
         "plates": sum(c.pipeline.stats.plates for c in cams),
         "events": service.events_emitted,
+        "inference_latency_mean_s": _histogram_mean(service, "lpr_inference_latency_seconds"),
         "camera_errors": [c.source.stats.last_error for c in cams if c.source.stats.last_error],
     }
+
+
+def _histogram_mean(service: Service, name: str) -> float | None:
+    """Mean of a labelled histogram over all its label sets (sum / count), None when empty."""
+    total = count = 0.0
+    for metric in service.metrics.registry.collect():
+        for sample in metric.samples:
+            if sample.name == f"{name}_sum":
+                total += sample.value
+            elif sample.name == f"{name}_count":
+                count += sample.value
+    return total / count if count else None
 
 
 async def _run(service: Service, duration_s: float | None) -> float | None:
@@ -210,9 +225,10 @@ def main(argv: list[str] | None = None) -> int:
     # Events published after the stop are the shutdown's flush of open tracks (their
     # "latency" is how long the track was open): kept apart.
     stop = result["stop_monotonic"] or float("inf")
-    pairs = list(zip(recorder.published_at, recorder.latencies_s, strict=True))
-    result["event_latency_s"] = [lat for at, lat in pairs if at <= stop]
-    result["flushed_at_stop"] = sum(1 for at, _ in pairs if at > stop)
+    pairs = list(zip(recorder.published_at, recorder.latencies_s, recorder.reasons, strict=True))
+    result["event_latency_s"] = [lat for at, lat, _ in pairs if at <= stop]
+    result["event_reasons"] = [reason for at, _, reason in pairs if at <= stop]
+    result["flushed_at_stop"] = sum(1 for at, _, _ in pairs if at > stop)
     result["distinct_texts"] = len(set(recorder.texts))
     if len(snapshots) == 2:
         growth = snapshots[1].compare_to(snapshots[0], "traceback")
