@@ -261,18 +261,24 @@ def cpu_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, fl
 
 def tree_rss_bytes(pid: int | None) -> int:
     """Summed RSS of a process and its descendants (shared pages counted once per process)."""
+    return sum(tree_rss_by_label(pid).values())
+
+
+def tree_rss_by_label(pid: int | None) -> dict[str, int]:
+    """RSS bytes of a process tree per :func:`process_label` (instances of a model summed)."""
     if pid is None:
-        return 0
-    total = 0
+        return {}
+    out: dict[str, int] = {}
     try:
         root = psutil.Process(pid)
         procs = [root, *root.children(recursive=True)]
     except psutil.Error:
-        return 0
+        return {}
     for proc in procs:
         with contextlib.suppress(psutil.Error):
-            total += proc.memory_info().rss
-    return total
+            label = process_label(proc)
+            out[label] = out.get(label, 0) + proc.memory_info().rss
+    return out
 
 
 def run_with_rusage(

@@ -19,6 +19,7 @@ _PARAMETER = re.compile(r'key:\s*"(\w+)",\s*value:\s*\{\s*string_value:\s*"([^"]
 _TORCH_THREADS = re.compile(
     r'key:\s*"torch_threads"\s*value:\s*\{\s*string_value:\s*"(\d+)"', re.MULTILINE
 )
+_INSTANCE_COUNT = re.compile(r"instance_group\s*\[\s*\{\s*count:\s*(\d+)", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -32,7 +33,23 @@ class PipelineParams:
     max_plates: int
     crop_pad_ratio: float
     recogniser_max_batch: int
-    torch_threads: dict[str, int]
+    torch_threads: dict[str, int]  # per instance
+    instances: dict[str, int]
+
+    @property
+    def thread_budget(self) -> int:
+        """Torch threads Triton may run at once for one model: the most over the callees.
+
+        The bare loop gets this many (``torch.set_num_threads``): the same budget as the
+        detector's instances x threads, run one model at a time.
+        """
+        return max(self.torch_threads[c] * self.instances[c] for c in self.torch_threads)
+
+    def describe(self) -> str:
+        """``detector 2 x 1 torch thread(s), stn 1 x 1, ...`` (instances x threads)."""
+        return ", ".join(
+            f"{c} {self.instances[c]} x {self.torch_threads[c]}" for c in self.torch_threads
+        )
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -43,10 +60,13 @@ def load_params(repository: Path) -> PipelineParams:
     info = json.loads((repository / "build_info.json").read_text())
     text = (repository / BLS_MODEL / "config.pbtxt").read_text()
     found = dict(_PARAMETER.findall(text))
-    threads = {}
+    threads, instances = {}, {}
     for callee in CALLEES:
-        match = _TORCH_THREADS.search((repository / callee / "config.pbtxt").read_text())
+        config = (repository / callee / "config.pbtxt").read_text()
+        match = _TORCH_THREADS.search(config)
         threads[callee] = int(match.group(1)) if match else 1
+        match = _INSTANCE_COUNT.search(config)
+        instances[callee] = int(match.group(1)) if match else 1
     return PipelineParams(
         input_hw=(int(info["input_hw"][0]), int(info["input_hw"][1])),
         head_layout=found.get("detector_head_layout", info.get("detector_layout", "auto")),
@@ -56,4 +76,5 @@ def load_params(repository: Path) -> PipelineParams:
         crop_pad_ratio=float(found.get("crop_pad_ratio", "0.2")),
         recogniser_max_batch=int(found.get("recogniser_max_batch_size", "32")),
         torch_threads=threads,
+        instances=instances,
     )

@@ -254,10 +254,13 @@ def document(meta: dict[str, Any], figures: Sequence[Figure], table_md: str) -> 
         )
         detector = per_process.get("service", {}).get("stub:detector")
         threads = f.extra.get("detector_threads", 1)
+        instances = f.extra.get("detector_instances", 1)
         if detector is not None and not math.isnan(detector):
             text += (
-                f" (the detector's process burns {detector:.0f} ms CPU per frame on "
-                f"{threads} torch threads, ≈{detector / threads:.0f} ms)"
+                f" (the detector's processes burn {detector:.0f} ms CPU per frame on "
+                f"{instances} instance(s) x {threads} torch thread(s): "
+                f"≈{detector / (threads * instances):.0f} ms of wall time per frame when they "
+                "are all busy)"
             )
         text += (
             f". CPU per frame: {_breakdown(cpu)}; in Triton, by process: "

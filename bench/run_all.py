@@ -222,7 +222,7 @@ class Suite:
         if python is None or not python.exists():
             python = Path(sys.executable)
         sites = [d for d in site.getsitepackages() if Path(d).is_dir()]
-        threads = max(self.params.torch_threads.values())
+        threads = self.params.thread_budget
         command = [
             str(python),
             str(PROJECT_ROOT / "bench" / "bare_loop.py"),
@@ -356,11 +356,13 @@ class Suite:
                         *common,
                         "service: Service(load_config(cfg), once=True) in-process, file camera "
                         "realtime: false, max_in_flight_per_camera 2, embedded Triton (started "
-                        "once by the bench; detector 2 torch threads, stn 1, lprnet 1); "
+                        "once by the bench; instances x torch threads: "
+                        f"{self.params.describe()}); "
                         "frames/s = frames answered / wall time of Service.run()",
                         f"bare loop: one process, PyAV decode + {self.params.input_hw[0]}x"
                         f"{self.params.input_hw[1]} letterbox + the three TorchScript models, "
-                        f"torch.set_num_threads({max(self.params.torch_threads.values())}), "
+                        f"torch.set_num_threads({self.params.thread_budget}) (the same "
+                        "budget), "
                         f"torch {runs['bare'][0].get('torch', '?')} / numpy "
                         f"{runs['bare'][0].get('numpy', '?')} (the Triton models' environment)",
                         *_problems({k: runs[k] for k in ("service", "bare")}),
@@ -442,6 +444,7 @@ class Suite:
                     side: _by_process(runs) for side, runs in (("service", service), ("seed", seed))
                 },
                 "detector_threads": self.params.torch_threads.get("detector", 1),
+                "detector_instances": self.params.instances.get("detector", 1),
                 "frames": {
                     "service": [r["frames"] for r in service],
                     "seed": [r["frames"] for r in seed],
@@ -654,6 +657,9 @@ class Suite:
             "Triton tree RSS (server + stubs, summed): baseline "
             f"{_median(result['triton_rss_baseline_mib']):.0f} MiB, end "
             f"{_median(result['triton_rss_end_mib']):.0f} MiB",
+            "trend over the second half (least-squares slope, a leak's signature; a one-off "
+            f"step is not): service {result['rss_slope_mib_per_min']:+.1f} MiB/min, Triton "
+            f"tree {result['triton_rss_slope_mib_per_min']:+.1f} MiB/min",
         ]
         self.figures.append(
             Figure(
@@ -690,7 +696,9 @@ class Suite:
                 higher_is_better=False,
                 notes=[
                     "tritonserver and its model stubs (the detector's torch, the BLS), RSS "
-                    "summed; same windows as P4; for information: the target is the service's"
+                    "summed; same windows as P4; for information: the target is the service's",
+                    "by process, end / baseline and slope over the second half: "
+                    + _by_process_growth(result),
                 ],
             )
         )
@@ -736,6 +744,24 @@ def _frames_alias(result: dict[str, Any]) -> dict[str, Any]:
     result["frames"] = result["decoded"]
     result["frames_per_s"] = result["decode_fps"]
     return result
+
+
+def _by_process_growth(result: dict[str, Any]) -> str:
+    """``stub:detector 1.01 (+0.3 MiB/min), ...`` for each of Triton's processes."""
+    from bench.soak import BASELINE_WINDOW, END_WINDOW, window
+
+    parts = []
+    span = result["run_s"]
+    slopes = result.get("triton_rss_slope_by_process_mib_per_min", {})
+    for label, series in result.get("triton_rss_by_process_mib", {}).items():
+        base, end = window(series, BASELINE_WINDOW, span), window(series, END_WINDOW, span)
+        if base and end:
+            ratio = statistics.median(end) / statistics.median(base)
+            parts.append(
+                f"{label} {statistics.median(end):.0f} MiB, {ratio:.2f} "
+                f"({slopes.get(label, float('nan')):+.1f} MiB/min)"
+            )
+    return "; ".join(parts) or "-"
 
 
 def _latency_by_reason(latencies: list[float], reasons: list[str]) -> list[str]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import statistics
 import subprocess
 import sys
 import time
@@ -22,7 +23,7 @@ from typing import Any
 
 import psutil
 
-from bench.common import PROJECT_ROOT, log, percentile, tree_rss_bytes
+from bench.common import PROJECT_ROOT, log, percentile, tree_rss_by_label
 from bench.service_run import ServiceSpec, write_config
 
 SOAK_CAMERAS = 4
@@ -36,6 +37,18 @@ def window(samples: list[tuple[float, float]], span: tuple[float, float], total:
     """Values of ``(t, value)`` samples with ``t`` inside ``span`` (fractions of ``total``)."""
     low, high = span[0] * total, span[1] * total
     return [v for t, v in samples if low <= t <= high]
+
+
+def slope_mib_per_min(samples: list[tuple[float, float]], since: float, total: float) -> float:
+    """Least-squares slope (MiB per minute) of ``(t, MiB)`` samples after ``since`` x ``total``.
+
+    A leak shows as a steady slope over the second half; a one-off step (a new batch shape,
+    the allocator's high-water mark) does not.
+    """
+    points = [(t / 60.0, v) for t, v in samples if since * total <= t <= total]
+    if len(points) < 3:
+        return float("nan")
+    return statistics.linear_regression([t for t, _ in points], [v for _, v in points]).slope
 
 
 def run_soak(
@@ -78,6 +91,7 @@ def run_soak(
     service = psutil.Process(proc.pid)
     rss: list[tuple[float, float]] = []
     triton_rss: list[tuple[float, float]] = []
+    by_process: dict[str, list[tuple[float, float]]] = {}  # Triton's processes, per label
     cpu: list[tuple[float, float]] = []
     next_log = 60.0
     try:
@@ -90,7 +104,10 @@ def run_soak(
             t = time.monotonic()
             rss.append((t, info.rss / MIB))
             cpu.append((t, times.user + times.system))
-            triton_rss.append((t, tree_rss_bytes(triton_pid) / MIB))
+            labelled = tree_rss_by_label(triton_pid)
+            triton_rss.append((t, sum(labelled.values()) / MIB))
+            for label, value in labelled.items():
+                by_process.setdefault(label, []).append((t, value / MIB))
             if t - started >= next_log:
                 log(
                     f"P4 soak: {(t - started) / 60:.1f} of {minutes:g} min, "
@@ -116,6 +133,10 @@ def run_soak(
     span = stop - begin
     rss = [(t - begin, v) for t, v in rss if t >= begin]
     triton_rss = [(t - begin, v) for t, v in triton_rss if t >= begin]
+    by_process = {
+        label: [(t - begin, v) for t, v in series if t >= begin]
+        for label, series in sorted(by_process.items())
+    }
     cpu = [(t - begin, v) for t, v in cpu if begin <= t <= stop]
     base = window(rss, BASELINE_WINDOW, span)
     end = window(rss, END_WINDOW, span)
@@ -137,6 +158,12 @@ def run_soak(
         "rss_end_mib": end,
         "triton_rss_baseline_mib": tbase,
         "triton_rss_end_mib": tend,
+        "rss_slope_mib_per_min": slope_mib_per_min(rss, 0.5, span),
+        "triton_rss_slope_mib_per_min": slope_mib_per_min(triton_rss, 0.5, span),
+        "triton_rss_by_process_mib": by_process,
+        "triton_rss_slope_by_process_mib_per_min": {
+            label: slope_mib_per_min(series, 0.5, span) for label, series in by_process.items()
+        },
         "event_latency_s": latencies,
         "latency_p50_s": percentile(latencies, 50),
         "latency_p99_s": percentile(latencies, 99),
@@ -155,20 +182,29 @@ def plot(summary: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
+    fig, (top, middle, bottom) = plt.subplots(3, 1, figsize=(9, 8.5), sharex=True)
     wall = summary["run_s"]
-    for ax, key, label in (
-        (top, "rss_mib", "service process"),
-        (bottom, "triton_rss_mib", "Triton tree (server + model stubs, RSS summed)"),
-    ):
-        series = summary[key]
-        ax.plot([t / 60 for t, _ in series], [v for _, v in series], lw=1.2, label=label)
+
+    def windows(ax: Any) -> None:
         for span, style in ((BASELINE_WINDOW, "baseline window"), (END_WINDOW, "end window")):
             ax.axvspan(span[0] * wall / 60, span[1] * wall / 60, alpha=0.12, label=style)
         ax.axvline(wall / 60, color="grey", ls="--", lw=0.8, label="stop (then shutdown)")
         ax.set_ylabel("RSS (MiB)")
         ax.grid(alpha=0.3)
+
+    for ax, key, label in (
+        (top, "rss_mib", "service process"),
+        (middle, "triton_rss_mib", "Triton tree (server + model stubs, RSS summed)"),
+    ):
+        series = summary[key]
+        ax.plot([t / 60 for t, _ in series], [v for _, v in series], lw=1.2, label=label)
+        windows(ax)
         ax.legend(loc="lower right", fontsize=8)
+    for label, series in summary.get("triton_rss_by_process_mib", {}).items():
+        bottom.plot([t / 60 for t, _ in series], [v for _, v in series], lw=1.0, label=label)
+    windows(bottom)
+    bottom.set_title("Triton's processes (instances of a model summed)", fontsize=9)
+    bottom.legend(loc="upper left", fontsize=7, ncol=3)
     bottom.set_xlabel("minutes")
     top.set_title(
         f"P4 soak: {summary['cameras']} cameras, sample_fps {summary['sample_fps']:g}, "

@@ -11,6 +11,17 @@ from converters.errors import ConversionError
 from converters.paths import MODEL_REPOSITORY
 
 
+def _positive_int(text: str) -> int:
+    """argparse type: an integer >= 1 (argparse then names the option in its error)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def _progress(message: str) -> None:
     print(message, flush=True)
 
@@ -40,6 +51,8 @@ def _build(args: argparse.Namespace) -> int:
         conf_threshold=args.conf_threshold,
         iou_threshold=args.iou_threshold,
         gpu_instances=args.gpu_instances,
+        cpu_detector_instances=args.cpu_detector_instances,
+        cpu_detector_threads=args.cpu_detector_threads,
     )
     repository.build(options, _progress)
     return 0
@@ -86,7 +99,22 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("--detector", type=Path, help="own detector: Ultralytics .pt or TorchScript")
     build.add_argument("--conf-threshold", type=float, default=0.25)
     build.add_argument("--iou-threshold", type=float, default=0.45)
-    build.add_argument("--gpu-instances", type=int, default=1, help="instances per GPU model")
+    build.add_argument(
+        "--gpu-instances", type=_positive_int, default=1, help="instances per GPU model"
+    )
+    build.add_argument(
+        "--cpu-detector-instances",
+        type=_positive_int,
+        default=2,
+        help="CPU target: detector instances (default 2; one frame each at a time)",
+    )
+    build.add_argument(
+        "--cpu-detector-threads",
+        type=_positive_int,
+        default=1,
+        help="CPU target: torch threads per detector instance (default 1); "
+        "instances x threads should not exceed the cores Triton may use",
+    )
     build.set_defaults(func=_build)
 
     check = sub.add_parser("check", help="parse every config.pbtxt of a repository")

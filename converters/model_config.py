@@ -24,6 +24,7 @@ class TensorModel:
     cpu_torch_threads: int
     gpu_max_batch_size: int
     gpu_preferred_batch_sizes: tuple[int, ...]
+    cpu_instances: int = 1
 
 
 def _dims(dims: tuple[int, ...]) -> str:
@@ -37,6 +38,7 @@ def render_tensor_model(model: TensorModel, target: str, gpu_instances: int = 1)
             "max_batch_size": model.cpu_max_batch_size,
             "max_queue_delay_us": 1000,
             "torch_threads": model.cpu_torch_threads,
+            "cpu_instances": model.cpu_instances,
         }
     elif target == "gpu":
         template = TEMPLATES / "torchscript_libtorch.pbtxt"

@@ -45,6 +45,12 @@ class BuildOptions:
     iou_threshold: float = 0.45
     max_plates: int = 16
     gpu_instances: int = 1
+    # CPU target: the detector as N instances of T torch threads each. Two single-thread
+    # instances beat one two-thread instance on 2 cores (docs/PERFORMANCE.md, P1): two frames
+    # in flight run side by side with no OpenMP barriers, whose spinning threads otherwise
+    # burn the CPU that the BLS, Triton and the service's decode need.
+    cpu_detector_instances: int = 2
+    cpu_detector_threads: int = 1
     extra_info: dict[str, object] = field(default_factory=dict)
 
 
@@ -69,7 +75,9 @@ def _weights(options: BuildOptions, progress: Callable[[str], None]) -> dict[str
     return paths
 
 
-def _tensor_models(exported: detector.ExportedDetector) -> dict[str, TensorModel]:
+def _tensor_models(
+    exported: detector.ExportedDetector, options: BuildOptions
+) -> dict[str, TensorModel]:
     h, w = exported.input_hw
     return {
         "detector": TensorModel(
@@ -77,7 +85,8 @@ def _tensor_models(exported: detector.ExportedDetector) -> dict[str, TensorModel
             input_dims=(3, h, w),
             output_dims=exported.output_shape,
             cpu_max_batch_size=4,
-            cpu_torch_threads=2,
+            cpu_torch_threads=options.cpu_detector_threads,
+            cpu_instances=options.cpu_detector_instances,
             gpu_max_batch_size=16,
             gpu_preferred_batch_sizes=(4, 8, 16),
         ),
@@ -138,7 +147,7 @@ def build(options: BuildOptions, progress: Callable[[str], None] = print) -> Pat
 
     exported = detector.export_detector(weights["detector"], options.input_hw, progress)
     modules["detector"] = exported.module
-    models = _tensor_models(exported)
+    models = _tensor_models(exported, options)
 
     out = options.out.resolve()
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -69,13 +69,34 @@ def test_cpu_target_is_python_backend_running_torchscript(tmp_path: Path) -> Non
         ]
         assert config.HasField("dynamic_batching")
         assert (out / name / "1" / "model.py").is_file()
-    assert list(load_config(out / "detector" / "config.pbtxt").input[0].dims) == [3, 1280, 1280]
+    detector_config = load_config(out / "detector" / "config.pbtxt")
+    assert list(detector_config.input[0].dims) == [3, 1280, 1280]
+    # Default CPU detector: two single-thread instances; the recognisers one instance.
+    assert [g.count for g in detector_config.instance_group] == [2]
+    assert detector_config.parameters["torch_threads"].string_value == "1"
+    assert [g.count for g in load_config(out / "stn" / "config.pbtxt").instance_group] == [1]
     assert sorted(p.name for p in out.iterdir()) == sorted([*MODELS, "build_info.json"])
     # A rebuild replaces the previous one cleanly (no leftovers, no staging folders).
-    assert main(["build", "--target", "cpu", "--out", str(out), "--input-size", "640"]) == 0
+    options = ["--input-size", "640", "--cpu-detector-instances", "3"]
+    options += ["--cpu-detector-threads", "2"]
+    assert main(["build", "--target", "cpu", "--out", str(out), *options]) == 0
     assert sorted(p.name for p in out.iterdir()) == sorted([*MODELS, "build_info.json"])
     assert not list(tmp_path.glob(".*building*"))
-    assert list(load_config(out / "detector" / "config.pbtxt").input[0].dims) == [3, 640, 640]
+    detector_config = load_config(out / "detector" / "config.pbtxt")
+    assert list(detector_config.input[0].dims) == [3, 640, 640]
+    assert [g.count for g in detector_config.instance_group] == [3]
+    assert detector_config.parameters["torch_threads"].string_value == "2"
+
+
+@pytest.mark.parametrize("option", ["--cpu-detector-instances", "--cpu-detector-threads"])
+def test_cpu_detector_sizes_must_be_positive(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], option: str
+) -> None:
+    with pytest.raises(SystemExit) as stop:
+        main(["build", "--out", str(tmp_path / "repo"), option, "0"])
+    assert stop.value.code == 2
+    assert f"{option}: must be at least 1, got 0" in capsys.readouterr().err
+    assert not (tmp_path / "repo").exists()
 
 
 @pytest.mark.parametrize("breakage", ["missing", "corrupt", "wrong-network"])
