@@ -265,10 +265,25 @@ def document(meta: dict[str, Any], figures: Sequence[Figure], table_md: str) -> 
         text += (
             f". CPU per frame: {_breakdown(cpu)}; in Triton, by process: "
             + "; ".join(f"{side}: {_breakdown(v)}" for side, v in per_process.items())
-            + ". On this CPU the models already use both cores, so hiding the serial work and "
-            "the idle gaps between synchronous calls is all the service can gain; batching "
-            "across cameras pays on a GPU (bench/gpu/)."
+            + "."
         )
+        if instances > 1 and f.key == "P2-1":
+            text += (
+                f" The detector runs as {instances} instances of {threads} torch thread(s): "
+                "one request in flight (the seed's design) keeps one instance busy and leaves "
+                "the other idle, so most of this gain is the second instance, which only "
+                "concurrent frames can use; with one 2-thread detector instance (the seed's "
+                "best case) the gain is what pipelining hides of the decode, the transfer and "
+                "the gaps between synchronous calls (build with `--cpu-detector-instances 1 "
+                "--cpu-detector-threads 2` to measure it)."
+            )
+        else:
+            text += (
+                " With every camera's requests in flight the models keep the cores busy on "
+                "both sides, so hiding the serial work and the idle gaps between synchronous "
+                "calls is what the service gains here; batching across cameras pays on a GPU "
+                "(bench/gpu/)."
+            )
         lines.append(text)
     p3 = by_key.get("P3")
     if p3 is not None:
@@ -309,6 +324,23 @@ def document(meta: dict[str, Any], figures: Sequence[Figure], table_md: str) -> 
             )
             + "."
         )
+        triton = by_key.get("P4-triton")
+        slopes = {
+            k: v
+            for k, v in (triton.extra.get("slope_mib_per_min", {}) if triton else {}).items()
+            if isinstance(v, (int, float)) and not math.isnan(v)
+        }
+        if triton is not None and slopes:
+            label, slope = max(slopes.items(), key=lambda kv: kv[1])
+            lines.append(
+                f"- **P4-triton**: Triton's tree end/baseline {_fmt(triton.ratio, '')}; the "
+                f"steepest trend over the second half is {label}'s, {slope:+.1f} MiB/min. "
+                f"{triton.extra.get('minutes', 0):g} minutes cannot tell a slow leak from "
+                "allocator growth that levels off (large numpy frames through glibc malloc "
+                "in a threaded process): `python -m bench --only P4 --soak-minutes 60` does; "
+                "if it keeps rising, MALLOC_ARENA_MAX=2 for the stubs and tracemalloc in the "
+                "BLS are the next steps."
+            )
         if plot and not ignored:
             lines += ["", f"![P4: RSS of the service and of Triton over the soak]({link})"]
     lines.append("")

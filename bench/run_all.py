@@ -700,6 +700,10 @@ class Suite:
                     "by process, end / baseline and slope over the second half: "
                     + _by_process_growth(result),
                 ],
+                extra={
+                    "slope_mib_per_min": result.get("triton_rss_slope_by_process_mib_per_min", {}),
+                    "minutes": minutes,
+                },
             )
         )
         latencies = result["event_latency_s"]
@@ -906,6 +910,11 @@ def render(path: Path, doc: Path) -> int:
     """Write ``doc`` again from a results JSON, measuring nothing."""
     data = json.loads(path.read_text())
     figures = [Figure.from_dict(f) for f in data["figures"]]
+    soak = data.get("raw", {}).get("p4", {})
+    for figure in figures:  # results written before the slopes were kept with the figure
+        if figure.key == "P4-triton" and "slope_mib_per_min" not in figure.extra and soak:
+            figure.extra["slope_mib_per_min"] = soak.get("triton_rss_slope_by_process_mib_per_min")
+            figure.extra["minutes"] = soak.get("minutes")
     meta = data["meta"]
     meta.setdefault("json", _rel(path))
     meta["doc"] = _rel(doc)
