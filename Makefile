@@ -69,7 +69,7 @@ demo: setup models
 	LPR_ASSETS_DIR=$$($(BIN)/python -c 'from converters import assets; print(assets.default_assets_dir())') \
 		$(BIN)/python -m streamer run --config configs/demo.yaml --once
 
-# Side-by-side performance suite (about 20 minutes): docs/PERFORMANCE.md + bench/results/*.json.
+# Side-by-side performance suite (about 20 minutes): docs/PERFORMANCE.md (+ .json, .png next to it).
 bench: setup models
 	$(BIN)/pip install --quiet -e '.[convert,dev,bench]'
 	$(BIN)/python -m bench

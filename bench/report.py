@@ -138,6 +138,11 @@ def _breakdown(values: dict[str, float], unit: str = "ms/frame") -> str:
     return ", ".join(f"{k} {_fmt(v, unit)}" for k, v in values.items())
 
 
+def _json_link(name: str | None) -> str:
+    """The raw JSON sits next to the document: a relative link works on any checkout."""
+    return f"[{name}]({name})" if name else "-"
+
+
 def document(meta: dict[str, Any], figures: Sequence[Figure], table_md: str) -> str:
     plan = meta["plan"]
     full = meta.get("full_plan", {})
@@ -173,7 +178,7 @@ def document(meta: dict[str, Any], figures: Sequence[Figure], table_md: str) -> 
         f"| software | Python {meta['python']}, PyAV {meta['pyav']}, {meta['ffmpeg']}, "
         f"tritonclient {meta['tritonclient']} |",
         f"| wall time | {meta.get('total_s', 0):.0f} s ({phases}) |",
-        f"| raw JSON | `{meta.get('json', '-')}` (every run, every sample) |",
+        f"| raw JSON | {_json_link(meta.get('json'))} (every run, every sample) |",
         "",
         "## Results",
         "",

@@ -17,8 +17,9 @@ both sides alike); ratio = median / median, with each side's median, min-max and
   latency p50/p99.
 * T transport variants: measured when ``TritonConfig`` offers a ``*transport*`` choice.
 
-Writes ``bench/results/<stamp>.json`` (raw: every run), ``docs/PERFORMANCE-soak-rss.png``
-and ``docs/PERFORMANCE.md`` (the table). ``--quick``: a smoke run of a few minutes, tiny clips,
+Writes ``bench/results/<stamp>.json`` (raw: every run), ``docs/PERFORMANCE-soak-rss.png``,
+``docs/PERFORMANCE.md`` (the table) and ``docs/PERFORMANCE.json`` (the raw results behind it,
+committed with it). ``--quick``: a smoke run of a few minutes, tiny clips,
 0.5 min soak; its figures are not representative. Nothing is asserted: the exit code
 is 0 when every phase ran, whatever the verdicts.
 """
@@ -793,6 +794,15 @@ def default_plot(args: argparse.Namespace) -> Path:
     return args.doc.with_name(f"{args.doc.stem}-soak-rss.png")
 
 
+def publish_raw(source: Path, doc: Path) -> str:
+    """Put the raw results behind ``doc`` next to it (``docs/PERFORMANCE.json``): a reader of
+    the committed table can check every figure against every run and sample."""
+    target = doc.with_suffix(".json")
+    if source.resolve() != target.resolve():
+        shutil.copyfile(source, target)
+    return target.name
+
+
 def _problems(runs: dict[str, list[dict[str, Any]]]) -> list[str]:
     """Notes for runs that did not do all their work (failed frames, camera errors)."""
     return [
@@ -916,7 +926,7 @@ def render(path: Path, doc: Path) -> int:
             figure.extra["slope_mib_per_min"] = soak.get("triton_rss_slope_by_process_mib_per_min")
             figure.extra["minutes"] = soak.get("minutes")
     meta = data["meta"]
-    meta.setdefault("json", _rel(path))
+    meta["json"] = publish_raw(path, doc)
     meta["doc"] = _rel(doc)
     table = report.table(figures)
     print(table)
@@ -971,14 +981,14 @@ def main(argv: list[str] | None = None) -> int:
         "raw": suite.raw,
     }
     json_path.write_text(json.dumps(payload, indent=1, default=str) + "\n")
-    meta["json"] = _rel(json_path)
     table = report.table(suite.figures)
     print(table)
     if error is not None:
         log(f"not writing {_rel(args.doc)}: the run did not complete ({error})")
     elif not args.no_doc:
+        meta["json"] = publish_raw(json_path, args.doc)
         args.doc.write_text(report.document(meta, suite.figures, table))
-        log(f"wrote {_rel(args.doc)}")
+        log(f"wrote {_rel(args.doc)} and {meta['json']} next to it")
     log(f"raw results: {_rel(json_path)}; total {meta['total_s']:.0f} s")
     summary = {f.key: f.verdict for f in suite.figures}
     log(f"verdicts: {summary}")

@@ -68,9 +68,21 @@ def test_render_writes_the_same_document_again(
     p3_run: tuple[Path, Path, dict[str, Any]], tmp_path: Path
 ) -> None:
     doc, raw, _ = p3_run
-    again = tmp_path / "again.md"
+    again = tmp_path / doc.name
     assert run_all.main(["--render", str(raw), "--doc", str(again)]) == 0
     assert again.read_text() == doc.read_text()
+    assert (tmp_path / "PERF.json").read_bytes() == raw.read_bytes()
+
+
+def test_the_raw_results_are_published_next_to_the_document(
+    p3_run: tuple[Path, Path, dict[str, Any]],
+) -> None:
+    doc, _, data = p3_run
+    published = doc.with_suffix(".json")
+    assert json.loads(published.read_text()) == data
+    assert "| raw JSON | [PERF.json](PERF.json) |" in doc.read_text().replace(
+        " (every run, every sample)", ""
+    )
 
 
 def test_a_missed_target_comes_with_a_profile_command_and_a_plan(
