@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -29,6 +29,9 @@ class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry(auto_describe=True)
         r = self.registry
+        # process_resident_memory_bytes, process_cpu_seconds_total, open fds: what a
+        # long-running service is watched by (the default registry has it; ours is our own).
+        ProcessCollector(registry=r)
         self.inference_latency = Histogram(
             "lpr_inference_latency_seconds",
             "Time from sending a frame to Triton to its answer.",

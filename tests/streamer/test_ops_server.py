@@ -91,6 +91,9 @@ async def test_metrics_move_during_a_run(tmp_path: Path, triton_server: Embedded
     for reason in ("backpressure", "inference_failed"):
         assert ("lpr_frames_dropped_total", (*cam, ("reason", reason))) in second
     assert second[("lpr_triton_ready", ())] == 1
+    # The process collector: memory and CPU of the service, CPU rising with the work done.
+    assert second[("process_resident_memory_bytes", ())] > 50 * 2**20
+    assert second[("process_cpu_seconds_total", ())] > first[("process_cpu_seconds_total", ())]
     assert second[("lpr_events_total", cam)] == 2
     assert second[("lpr_frame_to_event_latency_seconds_count", cam)] == 2
     assert second[("lpr_frame_to_event_latency_seconds_sum", cam)] > 0
