@@ -342,9 +342,10 @@ def document(meta: dict[str, Any], figures: Sequence[Figure], table_md: str) -> 
                 f"steepest trend over the second half is {label}'s, {slope:+.1f} MiB/min. "
                 f"{triton.extra.get('minutes', 0):g} minutes cannot tell a slow leak from "
                 "allocator growth that levels off (large numpy frames through glibc malloc "
-                "in a threaded process): `python -m bench --only P4 --soak-minutes 60` does; "
-                "if it keeps rising, MALLOC_ARENA_MAX=2 for the stubs and tracemalloc in the "
-                "BLS are the next steps."
+                "in a threaded process); a longer soak does (`python -m bench --only P4 "
+                "--soak-minutes 30`; one on this machine, where every process levels off, is "
+                "in [production.md](production.md#memory-over-time)). If a stub keeps rising, "
+                "MALLOC_ARENA_MAX=2 for the stubs and tracemalloc in the BLS are the next steps."
             )
         if plot and not ignored:
             lines += ["", f"![P4: RSS of the service and of Triton over the soak]({link})"]
