@@ -13,7 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -237,8 +237,8 @@ def process_label(proc: psutil.Process) -> str:
     return "tritonserver" if "tritonserver" in name else name
 
 
-def tree_cpu_by_label(pid: int | None) -> dict[str, float]:
-    """User + system CPU seconds of a process tree, per :func:`process_label`."""
+def _tree_by_label(pid: int | None, measure: Callable[[psutil.Process], float]) -> dict[str, float]:
+    """``measure`` of each process of a tree, summed per :func:`process_label`."""
     if pid is None:
         return {}
     out: dict[str, float] = {}
@@ -249,36 +249,29 @@ def tree_cpu_by_label(pid: int | None) -> dict[str, float]:
         return {}
     for proc in procs:
         with contextlib.suppress(psutil.Error):
-            times = proc.cpu_times()
+            value = measure(proc)
             label = process_label(proc)
-            out[label] = out.get(label, 0.0) + times.user + times.system
+            out[label] = out.get(label, 0) + value
     return out
+
+
+def _cpu_seconds(proc: psutil.Process) -> float:
+    times = proc.cpu_times()
+    return times.user + times.system
+
+
+def tree_cpu_by_label(pid: int | None) -> dict[str, float]:
+    """User + system CPU seconds of a process tree, per :func:`process_label`."""
+    return _tree_by_label(pid, _cpu_seconds)
 
 
 def cpu_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
     return {k: after[k] - before.get(k, 0.0) for k in after}
 
 
-def tree_rss_bytes(pid: int | None) -> int:
-    """Summed RSS of a process and its descendants (shared pages counted once per process)."""
-    return sum(tree_rss_by_label(pid).values())
-
-
-def tree_rss_by_label(pid: int | None) -> dict[str, int]:
+def tree_rss_by_label(pid: int | None) -> dict[str, float]:
     """RSS bytes of a process tree per :func:`process_label` (instances of a model summed)."""
-    if pid is None:
-        return {}
-    out: dict[str, int] = {}
-    try:
-        root = psutil.Process(pid)
-        procs = [root, *root.children(recursive=True)]
-    except psutil.Error:
-        return {}
-    for proc in procs:
-        with contextlib.suppress(psutil.Error):
-            label = process_label(proc)
-            out[label] = out.get(label, 0) + proc.memory_info().rss
-    return out
+    return _tree_by_label(pid, lambda proc: proc.memory_info().rss)
 
 
 def run_with_rusage(
