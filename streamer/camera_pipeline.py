@@ -1,9 +1,11 @@
 """One camera's path through the service: frames -> Triton -> tracker -> vehicle passes.
 
-Frames come from the camera's ``FrameQueue`` (filled by its decode thread). At
-most ``max_in_flight`` frames of this camera are at Triton at once; results are
-taken in frame order (the tracker needs order) even though Triton may answer
-out of order. A frame whose inference fails is counted and skipped.
+Frames come from the camera's ``FrameQueue`` (filled by its decode thread). A
+frame waits for its camera's turn at Triton (a permit of the shared, fair,
+adaptive window: streamer/scheduler.py); a live camera then sends the newest
+frame it has, and the older ones it held are dropped (``superseded``, counted).
+Results are taken in frame order (the tracker needs order) even though Triton
+may answer out of order. A frame whose inference fails is counted and skipped.
 """
 
 from __future__ import annotations
@@ -13,16 +15,29 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from streamer.frame_queue import FrameQueue
 from streamer.frames import Frame, FrameResult, PlateReading
 from streamer.inference import InferenceError
 from streamer.metrics import Metrics
+from streamer.motion import TrackSignal
 from streamer.passes import PassDetector, PlatePass
+from streamer.scheduler import Permit
 
 LOG = logging.getLogger(__name__)
 
-Recognise = Callable[[Frame], Awaitable[tuple[PlateReading, ...]]]
+
+class Inference(Protocol):
+    """What a pipeline needs of the inference client (streamer.inference.PlateRecognizer)."""
+
+    async def acquire(self, camera: str) -> Permit: ...
+
+    async def recognise(
+        self, frame: Frame, permit: Permit | None = None
+    ) -> tuple[PlateReading, ...]: ...
+
+
 #: A frame at Triton: the frame, its request, when it was sent (monotonic).
 _InFlight = tuple[Frame, "asyncio.Task[tuple[PlateReading, ...]]", float]
 OnPasses = Callable[[list[PlatePass]], Awaitable[None]]
@@ -31,6 +46,7 @@ OnPasses = Callable[[list[PlatePass]], Awaitable[None]]
 @dataclass
 class PipelineStats:
     sent: int = 0
+    superseded: int = 0  # live frames replaced by a newer one while waiting for a permit
     answered: int = 0
     failed: int = 0
     plates: int = 0
@@ -42,7 +58,7 @@ class CameraPipeline:
         self,
         camera: str,
         queue: FrameQueue,
-        recognise: Recognise,
+        inference: Inference,
         passes: PassDetector,
         on_passes: OnPasses,
         *,
@@ -50,10 +66,12 @@ class CameraPipeline:
         roi: tuple[float, float, float, float] | None = None,
         min_plate_width: float = 0.0,
         metrics: Metrics | None = None,
+        tracks: TrackSignal | None = None,
     ) -> None:
         self.camera = camera
+        self.tracks = tracks  # told after each tracker update whether a track lives (motion gate)
         self.queue = queue
-        self.recognise = recognise
+        self.inference = inference
         self.passes = passes
         self.on_passes = on_passes
         self.max_in_flight = max_in_flight
@@ -65,17 +83,17 @@ class CameraPipeline:
 
     async def run(self) -> None:
         """Until the camera's queue ends; then flush the tracker (every pass reported)."""
-        slots = asyncio.Semaphore(self.max_in_flight)
-        # In-flight requests in frame order; its bound is the in-flight bound.
+        # In-flight requests in frame order; the scheduler caps them at max_in_flight.
         in_order: asyncio.Queue[_InFlight | None] = asyncio.Queue(self.max_in_flight)
-        collector = asyncio.create_task(
-            self._collect(in_order, slots), name=f"{self.camera}-collect"
-        )
+        collector = asyncio.create_task(self._collect(in_order), name=f"{self.camera}-collect")
         try:
             while (frame := await self.queue.get()) is not None:
-                await slots.acquire()
+                permit = await self.inference.acquire(self.camera)
+                frame = self._freshest(frame)
                 sent_at = time.monotonic()
-                task = asyncio.create_task(self.recognise(frame), name=f"{self.camera}-infer")
+                task = asyncio.create_task(
+                    self.inference.recognise(frame, permit), name=f"{self.camera}-infer"
+                )
                 self.stats.sent += 1
                 await in_order.put((frame, task, sent_at))
             await in_order.put(None)
@@ -91,11 +109,16 @@ class CameraPipeline:
                 await asyncio.gather(collector, return_exceptions=True)
         await self.on_passes(self.passes.flush())
 
-    async def _collect(
-        self,
-        in_order: asyncio.Queue[_InFlight | None],
-        slots: asyncio.Semaphore,
-    ) -> None:
+    def _freshest(self, frame: Frame) -> Frame:
+        """A live camera sends the newest frame it has; files (``wait`` policy) send in order."""
+        if self.queue.policy != "drop_oldest":
+            return frame
+        while (newer := self.queue.poll()) is not None:
+            self.stats.superseded += 1
+            frame = newer
+        return frame
+
+    async def _collect(self, in_order: asyncio.Queue[_InFlight | None]) -> None:
         while (item := await in_order.get()) is not None:
             frame, task, sent_at = item
             try:
@@ -106,8 +129,6 @@ class CameraPipeline:
                     self.metrics.triton_errors.labels(exc.kind).inc()
                 LOG.debug("%s: frame %d failed: %s", self.camera, frame.index, exc)
                 continue
-            finally:
-                slots.release()
             self.stats.answered += 1
             if self.metrics is not None:
                 self.metrics.inference_latency.labels(self.camera).observe(
@@ -117,6 +138,8 @@ class CameraPipeline:
             self.stats.plates += len(result.plates)
             self.last_result = result
             passes = self.passes.update(result)
+            if self.tracks is not None:
+                self.tracks.set(self.passes.live_tracks > 0)
             if passes:
                 await self.on_passes(passes)
 

@@ -174,6 +174,76 @@ def _resolve_path(value: str | Path, info: ValidationInfo) -> str:
     return os.path.normpath(os.path.join(os.fspath(base), path))
 
 
+#: A mask polygon: 3 to 100 [x, y] points in frame pixels.
+MaskPolygon = tuple[tuple[Annotated[int, Field(ge=0)], Annotated[int, Field(ge=0)]], ...]
+
+
+class MotionConfig(_Section):
+    """Motion gating: a still scene's sampled frames are not sent (see streamer/motion.py)."""
+
+    enabled: bool = Field(
+        True,
+        description="Send a sampled frame only when something moves, or while a track lives "
+        "(at sample_fps with motion, every stationary_interval_s without).",
+    )
+    threshold: int = Field(
+        20,
+        ge=1,
+        le=255,
+        description="Grey levels (0-255, after a 5x5 blur) by which a pixel must differ from "
+        "the latest frame with motion to count as changed.",
+    )
+    min_area: float = Field(
+        0.0005,
+        gt=0,
+        le=1,
+        description="Smallest connected changed region that counts as motion, as a share of "
+        "the frame's area (0.0005: 0.05 %, 29 pixels of the 320x180 check image).",
+    )
+    mask: tuple[MaskPolygon, ...] = Field(
+        (),
+        max_length=32,
+        description="Polygons [[x, y], ...] in frame pixels where changes are ignored "
+        "(a timestamp overlay, trees); each of 3 to 100 points.",
+    )
+    stationary_interval_s: float = Field(
+        1.0,
+        gt=0,
+        le=3600,
+        description="With a live track but no motion, a frame is still sent this often "
+        "(stream seconds), so a stopped vehicle is re-read; keep it below "
+        "tracker.lost_track_buffer_s so its track lives on between reads.",
+    )
+
+    @field_validator("mask", mode="before")
+    @classmethod
+    def _mask_shape(cls, mask: Any) -> Any:
+        if not isinstance(mask, list | tuple):
+            return mask  # pydantic reports the type
+        for i, polygon in enumerate(mask):
+            if not isinstance(polygon, list | tuple):
+                raise ValueError(
+                    f"mask[{i}] must be a polygon, a list of [x, y] points, "
+                    f"got {_type_name(polygon)}"
+                )
+            if polygon and not any(isinstance(point, list | tuple) for point in polygon):
+                raise ValueError(
+                    f"mask[{i}] is one point, not a polygon: mask is a list of polygons, "
+                    "each a list of [x, y] points: [[[x1, y1], [x2, y2], [x3, y3]], ...]"
+                )
+            if not 3 <= len(polygon) <= 100:
+                raise ValueError(
+                    f"mask[{i}] has {len(polygon)} points: a polygon needs 3 to 100 [x, y] points"
+                )
+            for j, point in enumerate(polygon):
+                if not isinstance(point, list | tuple) or len(point) != 2:
+                    raise ValueError(
+                        f"mask[{i}][{j}] must be one [x, y] point in frame pixels, "
+                        f"got {_quote(point) if not isinstance(point, list | tuple) else point}"
+                    )
+        return mask
+
+
 class CameraConfig(_Section):
     """One camera: where its video comes from and how it is sampled."""
 
@@ -202,6 +272,13 @@ class CameraConfig(_Section):
         True,
         description="Files only: play at the clip's own pace (true) or as fast as possible "
         "(false). Network streams always arrive in real time.",
+    )
+    weight: float = Field(
+        1.0,
+        gt=0,
+        le=100,
+        description="This camera's share of Triton under overload, relative to the others "
+        "(2: twice the frames of a camera of weight 1).",
     )
     roi: (
         tuple[
@@ -244,6 +321,7 @@ class CameraConfig(_Section):
         le=3600,
         description="Upper bound of the reconnect delay (>= reconnect_initial_delay_s).",
     )
+    motion: MotionConfig = Field(default_factory=MotionConfig, description=MotionConfig.__doc__)
 
     @field_validator("name")
     @classmethod
@@ -390,8 +468,28 @@ class TritonConfig(_Section):
         2,
         ge=1,
         le=16,
-        description="Frames of one camera awaiting inference at once; more are dropped "
-        "(and counted).",
+        description="Frames of one camera at Triton at once (a cap within the shared window).",
+    )
+    min_in_flight: int = Field(
+        2,
+        ge=1,
+        le=1024,
+        description="Lower bound of the adaptive window (<= max_in_flight): two frames keep "
+        "Triton busy while the next one travels.",
+    )
+    max_in_flight: int = Field(
+        32,
+        ge=1,
+        le=1024,
+        description="Upper bound of the adaptive window: frames of all cameras at this Triton "
+        "at once. The window itself is sized from measured latency.",
+    )
+    latency_tolerance: float = Field(
+        2.0,
+        ge=1.0,
+        le=10.0,
+        description="The window shrinks while answers take longer than this many times the "
+        "no-load latency (a low quantile of recent answers), and grows while they do not.",
     )
     embedded_startup_timeout_s: float = Field(
         300.0, gt=0, le=3600, description="Seconds the embedded Triton may take to load the models."
@@ -411,6 +509,14 @@ class TritonConfig(_Section):
     @classmethod
     def _check_url(cls, url: str | None) -> str | None:
         return _check_triton_url(url)
+
+    @field_validator("max_in_flight")
+    @classmethod
+    def _check_window(cls, maximum: int, info: ValidationInfo) -> int:
+        minimum = info.data.get("min_in_flight")
+        if minimum is not None and maximum < minimum:
+            raise ValueError(f"must be >= min_in_flight ({minimum}), got {maximum}")
+        return maximum
 
     @field_validator("model_repository", mode="before")
     @classmethod
@@ -1267,6 +1373,7 @@ def _child(node: Any, part: Any) -> Any:
 
 _SECTIONS: dict[str, type[BaseModel]] = {
     "cameras[]": CameraConfig,
+    "cameras[].motion": MotionConfig,
     "triton": TritonConfig,
     "tracker": TrackerConfig,
     "events": EventsConfig,

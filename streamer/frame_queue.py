@@ -140,6 +140,15 @@ class FrameQueue:
 
     # -- consumer side (coroutines)
 
+    def poll(self) -> Frame | None:
+        """The oldest queued frame if there is one, else ``None``; never waits."""
+        with self._cond:
+            if not self._items:
+                return None
+            frame = self._items.popleft()
+            self._cond.notify()
+            return frame
+
     async def get(self) -> Frame | None:
         """The oldest queued frame; waits for one. ``None`` once closed and drained."""
         loop = asyncio.get_running_loop()

@@ -56,6 +56,7 @@ import av.error
 
 from streamer.frame_queue import FrameQueue
 from streamer.frames import Frame
+from streamer.motion import MotionGate
 
 _LOG = logging.getLogger(__name__)
 
@@ -76,6 +77,8 @@ _MAX_FILE_READ_ERRORS = 50  # consecutive demuxer errors in a file before it cou
 _PACE_MAX_AHEAD_S = 5.0  # realtime pacing: a pts jump further ahead re-anchors the clock
 _PACE_MAX_BEHIND_S = 1.0  # realtime pacing: this far behind, re-anchor instead of bursting
 _WATCHDOG_MAX_INTERVAL_S = 1.0
+#: How often a frame skipped by the motion gate is still converted for the live view.
+PREVIEW_INTERVAL_S = 1.0
 
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 _URL_WITH_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)[^\s/?#'\"]*@")
@@ -134,6 +137,8 @@ class CameraStats:
     """Counters of one :class:`CameraSource`, updated by its decode thread.
 
     ``decoded``: frames out of the decoder; ``sampled``: frames kept by the sampler and queued;
+    ``skipped_no_motion``: frames kept by the sampler that the motion gate held back (no
+    motion and no live track, or a live track re-read less often): never converted or queued;
     ``dropped``: the queue's count of frames evicted unread (one queue per camera);
     ``decode_errors``: packets the demuxer flagged corrupt, packets the decoder rejected
     (skipped), frames the decoder concealed (delivered) and unreadable stretches of a file;
@@ -143,6 +148,7 @@ class CameraStats:
 
     decoded: int = 0
     sampled: int = 0
+    skipped_no_motion: int = 0
     dropped: int = 0
     decode_errors: int = 0
     reconnects: int = 0
@@ -172,6 +178,11 @@ class CameraSource:
     ``1 / sample_fps``; the first frame is always kept, and the slots restart when the stream
     time jumps back (reconnect, file loop). Only kept frames are converted to BGR.
 
+    ``motion_gate`` (optional; None sends every kept frame): after sampling and pacing, before
+    the BGR conversion, the gate decides from a small grey image whether the frame is sent
+    (streamer/motion.py); it is reset at each connect and file loop, so the first frame of a
+    session is always sent. Skipped frames are counted in ``stats.skipped_no_motion``.
+
     ``realtime`` paces a *file* by its timestamps (live sources pace themselves);
     ``loop_file`` replays a file for ever instead of ending. A file that cannot be opened ends
     the source (state ``"ended"``, ``last_error`` set, queue closed) unless ``loop_file``,
@@ -195,6 +206,7 @@ class CameraSource:
         reconnect_initial_delay_s: float = 0.5,
         reconnect_max_delay_s: float = 30.0,
         redacted_url: str | None = None,
+        motion_gate: MotionGate | None = None,
     ) -> None:
         if not name:
             raise ValueError("CameraSource: name must not be empty")
@@ -228,6 +240,9 @@ class CameraSource:
         self.stall_timeout_s = stall_timeout_s
         self.reconnect_initial_delay_s = reconnect_initial_delay_s
         self.reconnect_max_delay_s = reconnect_max_delay_s
+        self.motion_gate = motion_gate
+        #: The latest frame the motion gate skipped, kept for the live view (not recognised).
+        self.latest_preview: Frame | None = None
         self.stats = CameraStats()
 
         self._period = 1.0 / self.sample_fps
@@ -474,6 +489,8 @@ class CameraSource:
             self._stall_since = None
             self._fps_window = (now, 0)
             changed = generation == self._generation and self._set_state_locked("connected")
+        if self.motion_gate is not None:
+            self.motion_gate.reset()  # the first frame of a session is always sent
         if changed:
             ctx = stream.codec_context
             _LOG.info(
@@ -605,6 +622,12 @@ class CameraSource:
             self._pace(session, t)
             if not self._current(generation):
                 return
+        if self.motion_gate is not None and self.motion_gate.check(frame, t) == "skip":
+            with self._lock:
+                if generation == self._generation:
+                    self.stats.skipped_no_motion += 1
+            self._keep_preview(generation, frame, t)
+            return
         wall_time, monotonic = time.time(), time.monotonic()
         image = frame.to_ndarray(format="bgr24")
         with self._lock:
@@ -630,6 +653,24 @@ class CameraSource:
             if queued:
                 self.stats.sampled += 1
             self.stats.dropped = self.queue.dropped
+
+    def _keep_preview(self, generation: int, frame: Any, t: float) -> None:
+        """A gated frame for the live view, at most every ``PREVIEW_INTERVAL_S``.
+
+        The live view draws the latest recognised frame; while a still scene is gated that
+        frame would stand still (a timestamp overlay included). So a skipped frame is still
+        converted now and then (about 3 ms a 1080p frame, once a second) for it to show.
+        """
+        now = time.monotonic()
+        previous = self.latest_preview
+        if previous is not None and now - previous.monotonic < PREVIEW_INTERVAL_S:
+            return
+        image = frame.to_ndarray(format="bgr24")
+        with self._lock:
+            if generation != self._generation:
+                return
+            index = self._next_index  # not taken: the sent frames' indices stay consecutive
+        self.latest_preview = Frame(self.name, index, t, time.time(), now, image)
 
     def _stream_time(self, session: _Session, frame: Any) -> float:
         if frame.pts is not None and frame.time_base is not None:

@@ -173,6 +173,12 @@ class PassDetector:
         """Confirmed tracks alive now (for the ``lpr_active_tracks`` gauge)."""
         return sum(1 for tid in self._tracker.track_ids if self._tracker.is_confirmed(tid))
 
+    @property
+    def live_tracks(self) -> int:
+        """Tracks alive now, tentative ones included (the motion gate's "live track"): a
+        vehicle seen once just before it stopped is still re-read."""
+        return len(self._tracker.track_ids)
+
     def update(self, result: FrameResult) -> list[PlatePass]:
         """Process one frame's reads; returns the passes decided at this frame."""
         frame = result.frame

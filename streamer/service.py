@@ -22,9 +22,10 @@ from streamer.camera_pipeline import CameraPipeline
 from streamer.config import CameraConfig, Settings
 from streamer.events import EventSink, JsonLinesSink, PlateEvent, build_event
 from streamer.frame_queue import FrameQueue
-from streamer.inference import PlateRecognizer
+from streamer.inference import PlateRecognizer, scheduler_for
 from streamer.ingest import CameraSource
 from streamer.metrics import Metrics, counter, gauge
+from streamer.motion import MotionGate
 from streamer.ops_server import OpsServer
 from streamer.passes import PassDetector, PassParams, PlatePass
 from streamer.plate_formats import PlateFormats
@@ -117,6 +118,7 @@ class Service:
         self.recognizer = PlateRecognizer(
             url,
             triton.model,
+            scheduler=scheduler_for(triton),
             request_timeout_s=triton.request_timeout_s,
             connect_timeout_s=triton.connect_timeout_s,
         )
@@ -149,10 +151,12 @@ class Service:
 
     def _camera(self, config: CameraConfig) -> Camera:
         assert self.recognizer is not None
+        self.recognizer.scheduler.set_weight(config.name, config.weight)
         live = not config.is_file or config.realtime
         # Live sources drop the oldest waiting frame when inference falls behind;
         # files played as fast as possible wait instead, so no frame is lost.
         queue = FrameQueue(FRAME_QUEUE_SIZE, "drop_oldest" if live else "wait")
+        gate = MotionGate.from_config(config.motion) if config.motion.enabled else None
         source = CameraSource(
             config.name,
             config.url,
@@ -167,6 +171,7 @@ class Service:
             reconnect_initial_delay_s=config.reconnect_initial_delay_s,
             reconnect_max_delay_s=config.reconnect_max_delay_s,
             redacted_url=config.redacted_url,
+            motion_gate=gate,
         )
         events = self.settings.events
         passes = PassDetector(
@@ -179,13 +184,14 @@ class Service:
         pipeline = CameraPipeline(
             config.name,
             queue,
-            self.recognizer.recognise,
+            self.recognizer,
             passes,
             self._publish,
             max_in_flight=self.settings.triton.max_in_flight_per_camera,
             roi=tuple(config.roi) if config.roi else None,  # type: ignore[arg-type]
             min_plate_width=config.min_plate_width,
             metrics=self.metrics,
+            tracks=gate.tracks if gate is not None else None,
         )
         return Camera(config, queue, source, pipeline)
 
@@ -247,10 +253,16 @@ class Service:
         return statuses
 
     def snapshot(self, camera: str) -> Snapshot | None:
+        """The latest recognised frame, or a newer one the motion gate skipped (a still
+        scene: the plates tracked last are drawn on it)."""
         entry = self.cameras.get(camera)
         if entry is None or entry.pipeline.last_result is None:
             return None
-        return Snapshot(entry.pipeline.last_result.frame, entry.pipeline.passes.last_tracked)
+        frame = entry.pipeline.last_result.frame
+        preview = entry.source.latest_preview
+        if preview is not None and preview.monotonic > frame.monotonic:
+            frame = preview
+        return Snapshot(frame, entry.pipeline.passes.last_tracked)
 
     def recent_events(self) -> list[PlateEvent]:
         return list(self.recent.events)
@@ -286,6 +298,10 @@ class Service:
                 lambda c: c.source.stats.sampled,
             ),
             "lpr_frames_sent": ("Frames sent to Triton.", lambda c: c.pipeline.stats.sent),
+            "lpr_frames_answered": (
+                "Frames Triton answered in time.",
+                lambda c: c.pipeline.stats.answered,
+            ),
             "lpr_decode_errors": (
                 "Damaged packets or frames skipped or concealed.",
                 lambda c: c.source.stats.decode_errors,
@@ -303,24 +319,75 @@ class Service:
             families.append(family)
         dropped = counter(
             "lpr_frames_dropped",
-            "Sampled frames not recognised, by reason: backpressure (inference behind, "
-            "oldest waiting frame dropped) or inference_failed.",
+            "Sampled frames not recognised, by reason: backpressure (inference behind: "
+            "a waiting frame replaced by a newer one) or inference_failed.",
             ["camera", "reason"],
         )
-        in_flight = gauge("lpr_frames_in_flight", "Frames at Triton now.", ["camera"])
+        in_flight = gauge(
+            "lpr_frames_in_flight",
+            "Frames holding an inference permit now (waiting to be sent or at Triton).",
+            ["camera"],
+        )
         tracks = gauge("lpr_active_tracks", "Confirmed plate tracks now.", ["camera"])
         up = gauge("lpr_camera_up", "1 while the camera delivers frames.", ["camera"])
         for camera_name, c in self.cameras.items():
-            dropped.add_metric([camera_name, "backpressure"], c.queue.dropped)
-            dropped.add_metric([camera_name, "inference_failed"], c.pipeline.stats.failed)
             stats = c.pipeline.stats
-            in_flight.add_metric([camera_name], stats.sent - stats.answered - stats.failed)
+            dropped.add_metric([camera_name, "backpressure"], c.queue.dropped + stats.superseded)
+            dropped.add_metric([camera_name, "inference_failed"], stats.failed)
+            in_flight.add_metric([camera_name], self._scheduler_held(camera_name))
             tracks.add_metric([camera_name], c.pipeline.passes.active_tracks)
             up.add_metric([camera_name], 1.0 if c.source.stats.state == "connected" else 0.0)
         ready = gauge("lpr_triton_ready", "1 while the stream to Triton is open.", [])
         ready.add_metric([], 1.0 if self.recognizer is not None and self.recognizer.ready else 0)
         families += [dropped, in_flight, tracks, up, ready]
+        skipped = counter(
+            "lpr_frames_skipped",
+            "Sampled frames not sent on purpose, by reason: no_motion (the motion gate).",
+            ["camera", "reason"],
+        )
+        for camera_name, c in self.cameras.items():
+            skipped.add_metric([camera_name, "no_motion"], c.source.stats.skipped_no_motion)
+        families.append(skipped)
+        if self.recognizer is not None:
+            families += self._inference_state(self.recognizer)
         return families
+
+    def _scheduler_held(self, camera: str) -> int:
+        return self.recognizer.scheduler.held(camera) if self.recognizer is not None else 0
+
+    @staticmethod
+    def _inference_state(recognizer: PlateRecognizer) -> list[Metric]:
+        """The shared window and what the stream holds, read at scrape time."""
+        scheduler, stats = recognizer.scheduler, recognizer.stats
+        window = gauge(
+            "lpr_inference_window", "Frames allowed at Triton at once (adaptive window).", []
+        )
+        window.add_metric([], scheduler.window.limit)
+        held = gauge("lpr_inference_in_flight", "Inference permits held now (all cameras).", [])
+        held.add_metric([], scheduler.in_flight)
+        at_triton = gauge("lpr_inference_at_triton", "Frames written to Triton, unanswered.", [])
+        at_triton.add_metric([], recognizer.at_triton)
+        waiting = gauge("lpr_inference_waiting_cameras", "Cameras waiting for a permit.", [])
+        waiting.add_metric([], scheduler.waiting)
+        no_load = gauge(
+            "lpr_inference_no_load_latency_seconds",
+            "Minimum latency of recent answers: the window's reference.",
+            [],
+        )
+        no_load.add_metric([], scheduler.window.no_load_latency_s or 0.0)
+        late = counter(
+            "lpr_inference_late_answers",
+            "Answers that came after their frame's deadline (discarded).",
+            [],
+        )
+        late.add_metric([], stats.late)
+        resets = counter(
+            "lpr_inference_stream_resets",
+            "Streams reset because Triton held a frame long past its deadline.",
+            [],
+        )
+        resets.add_metric([], stats.resets)
+        return [window, held, at_triton, waiting, no_load, late, resets]
 
     async def _wait(self) -> None:
         stop = asyncio.create_task(self._stop.wait(), name="stop-signal")

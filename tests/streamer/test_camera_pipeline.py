@@ -8,20 +8,28 @@ from streamer.camera_pipeline import CameraPipeline
 from streamer.frame_queue import FrameQueue
 from streamer.frames import Frame, PlateReading
 from streamer.passes import PassDetector
+from streamer.scheduler import Permit
 
 
 async def _no_passes(_: object) -> None:
     return None
 
 
-def _pipeline(**kwargs: object) -> CameraPipeline:
-    async def recognise(frame: Frame) -> tuple[PlateReading, ...]:
+class _Unused:
+    async def acquire(self, camera: str) -> Permit:
         raise AssertionError("not called here")
 
+    async def recognise(
+        self, frame: Frame, permit: Permit | None = None
+    ) -> tuple[PlateReading, ...]:
+        raise AssertionError("not called here")
+
+
+def _pipeline(**kwargs: object) -> CameraPipeline:
     return CameraPipeline(
         "gate",
         FrameQueue(2, "wait"),
-        recognise,
+        _Unused(),
         PassDetector("gate"),
         _no_passes,  # type: ignore[arg-type]
         max_in_flight=1,

@@ -13,6 +13,7 @@ from streamer.config import (
     EventsConfig,
     LogConfig,
     MetricsConfig,
+    MotionConfig,
     Settings,
     TrackerConfig,
     TritonConfig,
@@ -27,6 +28,7 @@ CONFIGS = PROJECT / "configs"
 MODELS: list[type[BaseModel]] = [
     Settings,
     CameraConfig,
+    MotionConfig,
     TritonConfig,
     TrackerConfig,
     EventsConfig,
@@ -161,6 +163,34 @@ def test_empty_sections_mean_defaults_and_level_is_case_insensitive(tmp_path: Pa
     assert settings.log.level == "DEBUG"
     assert settings.events.plate_formats == [r"[A-Z]{2}\d{2}[A-Z]{3}"]
     assert settings.events.file is None
+
+
+def test_motion_section_defaults_and_mask(tmp_path: Path) -> None:
+    motion = CameraConfig(name="a", url="rtsp://cam/x").motion
+    assert motion == MotionConfig()
+    assert (motion.enabled, motion.threshold, motion.min_area, motion.mask) == (
+        True,
+        20,
+        0.0005,
+        (),
+    )
+    assert motion.stationary_interval_s == 1.0
+    settings = load_text(
+        tmp_path,
+        """
+        cameras:
+          - name: a
+            url: rtsp://cam/x
+            motion:
+              enabled: true
+              mask: [[[0, 0], [620, 0], [620, 60], [0, 60]], [[10, 10], [20, 10], [15, 30]]]
+        """,
+    )
+    motion = settings.cameras[0].motion
+    assert motion.enabled and motion.threshold == 20
+    assert motion.mask == (((0, 0), (620, 0), (620, 60), (0, 60)), ((10, 10), (20, 10), (15, 30)))
+    dumped = settings.redacted()["cameras"][0]["motion"]["mask"]
+    assert dumped[0] == [[0, 0], [620, 0], [620, 60], [0, 60]]
 
 
 # --------------------------------------------------------------------------- errors
@@ -395,6 +425,51 @@ CAMERA = "  - name: gate\n    url: rtsp://cam/stream\n"
             f"cameras:\n{CAMERA}log: {{format: xml}}\n",
             ["log.format: Input should be 'text' or 'json' (got 'xml')"],
             id="log-format",
+        ),
+        pytest.param(
+            f"cameras:\n{CAMERA}    motion: {{threshhold: 9}}\n",
+            ["cameras[gate].motion.threshhold: unknown key; did you mean 'threshold'?"],
+            id="motion-key-typo",
+        ),
+        pytest.param(
+            f"cameras:\n{CAMERA}    min_area: 0.01\n",
+            ["cameras[gate].min_area: unknown key", "belongs under cameras[].motion"],
+            id="motion-key-outside-motion",
+        ),
+        pytest.param(
+            f"cameras:\n{CAMERA}    motion: {{min_area: 0}}\n",
+            ["cameras[gate].motion.min_area: Input should be greater than 0 (got 0)", "<= 1"],
+            id="motion-min-area",
+        ),
+        pytest.param(
+            f"cameras:\n{CAMERA}    motion: {{threshold: 256}}\n",
+            ["cameras[gate].motion.threshold: Input should be less than or equal to 255"],
+            id="motion-threshold",
+        ),
+        pytest.param(
+            f"cameras:\n{CAMERA}    motion: {{mask: [[[0, 0], [5, 5]]]}}\n",
+            ["cameras[gate].motion.mask: mask[0] has 2 points: a polygon needs 3 to 100"],
+            id="mask-too-few-points",
+        ),
+        pytest.param(
+            f"cameras:\n{CAMERA}    motion: {{mask: [[[0, 0], [5, 5], [1, 2, 3]]]}}\n",
+            ["cameras[gate].motion.mask: mask[0][2] must be one [x, y] point"],
+            id="mask-bad-point",
+        ),
+        pytest.param(
+            f"cameras:\n{CAMERA}    motion: {{mask: [[0, 0], [5, 5], [9, 0]]}}\n",
+            ["cameras[gate].motion.mask: mask[0] is one point, not a polygon", "[[[x1, y1]"],
+            id="mask-not-a-list-of-polygons",
+        ),
+        pytest.param(
+            f"cameras:\n{CAMERA}    motion: {{mask: [[[0, 0], [5, -5], [9, 0]]]}}\n",
+            ["cameras[gate].motion.mask[0][1][1]: Input should be greater than or equal to 0"],
+            id="mask-negative",
+        ),
+        pytest.param(
+            f"cameras:\n{CAMERA}    motion: {{stationary_interval_s: 0}}\n",
+            ["cameras[gate].motion.stationary_interval_s: Input should be greater than 0"],
+            id="motion-interval",
         ),
     ],
 )

@@ -14,6 +14,7 @@ from converters import assets
 from converters.paths import MODEL_REPOSITORY
 from streamer.frames import Frame
 from streamer.inference import InferenceError, PlateRecognizer
+from streamer.scheduler import AdaptiveWindow, FairScheduler
 from streamer.triton_server import EmbeddedTriton
 
 
@@ -74,7 +75,13 @@ async def test_triton_restart_fails_in_flight_frames_then_recovers(tmp_path: Pat
     server = EmbeddedTriton(MODEL_REPOSITORY)
     await server.astart()
     port = int(server.grpc_url.rsplit(":", 1)[1])
-    recognizer = PlateRecognizer(server.grpc_url, request_timeout_s=60, reconnect_max_delay_s=1.0)
+    window = AdaptiveWindow(initial=6, minimum=6, maximum=6, tolerance=1.5)
+    recognizer = PlateRecognizer(
+        server.grpc_url,
+        scheduler=FairScheduler(window, max_per_camera=6),  # all six submitted at once
+        request_timeout_s=60,
+        reconnect_max_delay_s=1.0,
+    )
     try:
         await recognizer.start()
         await recognizer.wait_ready(30)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import itertools
 import json
 import os
 import re
@@ -11,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -80,55 +82,106 @@ def test_malformed_config_exits_2_naming_the_key(tmp_path: Path, text: str, key:
     assert "Traceback" not in done.stderr
 
 
-def _four_camera_config(tmp_path: Path, triton_url: str, events_file: Path) -> Path:
+def _overload_config(tmp_path: Path, triton_url: str, events_file: Path) -> Path:
     cameras = "\n".join(
-        f"  - {{name: cam{i}, url: '{CLIP}', sample_fps: 5, realtime: true}}" for i in range(4)
+        f"  - {{name: cam{i}, url: '{CLIP}', sample_fps: 5, realtime: true}}" for i in range(8)
     )
-    config = tmp_path / "four.yaml"
+    config = tmp_path / "eight.yaml"
     config.write_text(
         f"cameras:\n{cameras}\n"
-        f"triton: {{url: '{triton_url}', max_in_flight_per_camera: 1}}\n"
+        f"triton: {{url: '{triton_url}', request_timeout_s: 3}}\n"
         f"events: {{stdout: false, file: '{events_file}', max_delay_s: 4}}\n"
-        "metrics: {port: 0}\nweb: {port: 0}\n"
+        "metrics: {port: 0}\nweb: {enabled: false}\n"
     )
     return config
 
 
-async def test_four_cameras_drop_frames_but_stay_bounded(
+def _triton_pending(metrics_url: str) -> tuple[float, float]:
+    """Requests queued in Triton (all models) and requests the BLS model has executed."""
+    with urllib.request.urlopen(metrics_url, timeout=5) as response:
+        text = response.read().decode()
+    pending = executed = 0.0
+    for line in text.splitlines():
+        if line.startswith("nv_inference_pending_request_count{"):
+            pending += float(line.rsplit(" ", 1)[1])
+        elif line.startswith('nv_inference_exec_count{model="plate_recognition"'):
+            executed = float(line.rsplit(" ", 1)[1])
+    return pending, executed
+
+
+async def test_eight_cameras_overload_degrades_gracefully(
     tmp_path: Path, triton_server: EmbeddedTriton
 ) -> None:
-    """Four real-time cameras outrun a 2-core Triton: frames are dropped and counted,
-    queues and frames in flight stay within their bounds, memory does not grow, and
-    every event names its own camera."""
+    """Eight real-time cameras at 5 fps on a 2-core CPU Triton, with a 3 s deadline.
+
+    Before the shared window, every frame missed its deadline and stayed queued at Triton
+    (0 answered in 54 s, memory growing). Now: frames are answered throughout, every
+    camera gets about its share, Triton never holds more than the window, nothing grows,
+    and Triton's queue is empty once the cameras stop.
+    """
     events_file = tmp_path / "events.jsonl"
-    settings = load_config(_four_camera_config(tmp_path, triton_server.grpc_url, events_file))
+    settings = load_config(_overload_config(tmp_path, triton_server.grpc_url, events_file))
     service = Service(settings)
     process = psutil.Process()
     runner = asyncio.create_task(service.run())
+    peak_window = 0
+
+    async def watch_window() -> None:
+        nonlocal peak_window
+        while True:
+            if service.recognizer is not None:
+                peak_window = max(peak_window, service.recognizer.scheduler.window.limit)
+            await asyncio.sleep(0.01)
+
+    watcher = asyncio.create_task(watch_window())
     rss: list[int] = []
+    answered_at: list[int] = []
     try:
-        for _ in range(30):  # 30 s: about four loops of the 8 s clip per camera
-            await asyncio.sleep(1)
+        while service.recognizer is None or not service.recognizer.ready:
             assert not runner.done(), runner.exception() if runner.done() else None
-            rss.append(process.memory_info().rss)
-            for camera in service.cameras.values():
+            await asyncio.sleep(0.2)
+        scheduler = service.recognizer.scheduler
+        for tick in range(120):  # 60 s: about seven loops of the 8 s clip per camera
+            await asyncio.sleep(0.5)
+            assert not runner.done(), runner.exception() if runner.done() else None
+            pending, _ = await asyncio.to_thread(_triton_pending, triton_server.metrics_url)
+            # Whatever Triton queues belongs to a frame holding a permit of the window.
+            assert pending <= peak_window <= settings.triton.max_in_flight, (pending, peak_window)
+            for name, camera in service.cameras.items():
                 assert camera.queue.qsize() <= camera.queue.maxsize
-                stats = camera.pipeline.stats
-                assert stats.sent - stats.answered - stats.failed <= 1  # max_in_flight_per_camera
+                assert scheduler.held(name) <= settings.triton.max_in_flight_per_camera
+            if tick % 20 == 19:
+                rss.append(process.memory_info().rss)
+                answered_at.append(sum(c.pipeline.stats.answered for c in service.cameras.values()))
     finally:
         service.request_stop()
         await asyncio.wait_for(runner, 120)
+        watcher.cancel()
+        await asyncio.gather(watcher, return_exceptions=True)
+
+    # Answered throughout: every 10 s more frames came back.
+    steps = [b - a for a, b in itertools.pairwise([0, *answered_at])]
+    assert all(step > 0 for step in steps), answered_at
+    answered = {name: c.pipeline.stats.answered for name, c in service.cameras.items()}
+    assert min(answered.values()) >= 0.7 * max(answered.values()), answered  # fair shares
     for name, camera in service.cameras.items():
-        assert camera.queue.dropped > 0, f"{name} dropped nothing"
-        assert camera.pipeline.stats.answered > 0, f"{name} got no answer"
-    # After warm-up, memory stays flat (no frame piles up anywhere).
-    assert max(rss[10:]) - rss[10] < 150 * 2**20, [r // 2**20 for r in rss]
+        dropped = camera.queue.dropped + camera.pipeline.stats.superseded
+        assert dropped > 0, f"{name} dropped nothing: not overloaded?"
+    assert service.recognizer is not None and service.recognizer.stats.resets == 0
+    # Nothing piles up: after warm-up, memory stays flat.
+    assert max(rss[1:]) - rss[1] < 150 * 2**20, [r // 2**20 for r in rss]
+    # Stopped: Triton's queues drain and it stops working for us.
+    for _ in range(40):
+        pending, executed = await asyncio.to_thread(_triton_pending, triton_server.metrics_url)
+        if pending == 0:
+            break
+        await asyncio.sleep(0.25)
+    assert pending == 0
+    await asyncio.sleep(1.0)
+    assert _triton_pending(triton_server.metrics_url) == (0, executed)
+
     events = [json.loads(line) for line in events_file.read_text().splitlines()]
-    assert events, "no event in 30 s"
-    assert {e["camera"] for e in events} <= {"cam0", "cam1", "cam2", "cam3"}
-    # Starved to about one frame per second per camera, a camera may see only the
-    # clip's first second, where the parked car reads C567AM76: every event is
-    # still a valid plate, and the car's true plate is reported.
+    assert events and {e["camera"] for e in events} <= set(service.cameras), events
     formats = PlateFormats()
     assert all(formats.is_valid(e["text"]) for e in events), events
     assert "O567AM76" in {e["text"] for e in events}

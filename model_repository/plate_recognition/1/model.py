@@ -11,12 +11,22 @@ response). A bad request gets an error response; the others are not affected.
 concurrently, and their BLS sub-requests reach the callees together, where the
 dynamic batchers merge them. numpy/OpenCV work runs in threads (OpenCV releases
 the GIL) so it does not stall the other requests' awaits.
+
+Deadlines: a request's Triton ``timeout`` (microseconds, set by the streamer to
+what is left of the frame's deadline) starts when the request reaches this
+model. Before each stage the request is checked: once its deadline has passed
+(or its client cancelled it, e.g. by resetting the stream) it is answered at
+once with an error that says ``deadline exceeded`` (resp. ``cancelled``), and no
+further work is started for it. Sub-requests carry the time left as their own
+timeout, so the callees' queue policy (``timeout_action: REJECT``) drops them
+from the queue when it passes instead of running them for nobody.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import time
 from typing import Any
 
 import numpy as np
@@ -26,6 +36,36 @@ import triton_python_backend_utils as pb_utils
 
 class RequestError(Exception):
     """The request itself is invalid: answered with an error, nothing else affected."""
+
+
+class DeadlineError(Exception):
+    """The request's deadline passed, or its client cancelled it: no more work for it."""
+
+    def __init__(self, stage: str, cancelled: bool = False) -> None:
+        # The streamer recognises "deadline exceeded" (streamer/inference.py).
+        what = "cancelled" if cancelled else "deadline exceeded"
+        super().__init__(f"{what} before {stage}")
+
+
+class _Deadline:
+    """When a request must be answered by (monotonic), from its Triton timeout."""
+
+    def __init__(self, request: Any) -> None:
+        self.request = request
+        timeout_us = int(request.timeout())
+        self.at = time.monotonic() + timeout_us / 1e6 if timeout_us > 0 else None
+
+    def check(self, stage: str) -> None:
+        if self.request.is_cancelled():
+            raise DeadlineError(stage, cancelled=True)
+        if self.at is not None and time.monotonic() >= self.at:
+            raise DeadlineError(stage)
+
+    def remaining_us(self) -> int:
+        """Time left for a sub-request (0: no timeout); at least 1 µs while not expired."""
+        if self.at is None:
+            return 0
+        return max(1, int((self.at - time.monotonic()) * 1e6))
 
 
 class TritonPythonModel:
@@ -68,21 +108,25 @@ class TritonPythonModel:
 
     async def _serve(self, request: Any) -> None:
         sender = request.get_response_sender()
+        deadline = _Deadline(request)
         self.in_flight += 1
         try:
-            response = await self._recognise(request)
-        except RequestError as exc:
+            response = await self._recognise(request, deadline)
+        except (RequestError, DeadlineError) as exc:
             response = pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc)))
         except Exception as exc:  # a failed sub-model: answer this request, keep serving
-            pb_utils.Logger.log_error(f"plate_recognition: request failed: {exc!r}")
-            response = pb_utils.InferenceResponse(
-                error=pb_utils.TritonError(f"plate_recognition failed: {exc}")
-            )
+            if deadline.at is not None and time.monotonic() >= deadline.at:
+                # A callee's queue policy rejected the sub-request at the deadline.
+                message = f"deadline exceeded in a sub-model: {exc}"
+            else:
+                pb_utils.Logger.log_error(f"plate_recognition: request failed: {exc!r}")
+                message = f"plate_recognition failed: {exc}"
+            response = pb_utils.InferenceResponse(error=pb_utils.TritonError(message))
         finally:
             self.in_flight -= 1
         sender.send(response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 
-    async def _recognise(self, request: Any) -> Any:
+    async def _recognise(self, request: Any, deadline: _Deadline) -> Any:
         tensor = pb_utils.get_input_tensor_by_name(request, "image")
         if tensor is None:
             raise RequestError("input 'image' is missing")
@@ -92,18 +136,21 @@ class TritonPythonModel:
         except ValueError as exc:
             raise RequestError(str(exc)) from exc
 
+        deadline.check("letterbox")
         detector_input, transform = await asyncio.to_thread(
             plate_ops.letterbox, frame, self.input_hw
         )
-        head = await self._infer(self.detector, detector_input[None])
+        deadline.check("detector")
+        head = await self._infer(self.detector, detector_input[None], deadline)
         detections = await asyncio.to_thread(self._postprocess, head[0], transform, frame.shape)
         if len(detections) == 0:
             return self._response(detections, [], np.zeros((0,), np.float32))
 
+        deadline.check("recognisers")
         crops = await asyncio.to_thread(
             plate_ops.crop_plates, frame, detections.boxes, self.crop_pad_ratio
         )
-        logits = await self._recognise_crops(crops)
+        logits = await self._recognise_crops(crops, deadline)
         texts, text_scores = plate_ops.ctc_greedy_decode(logits)
         return self._response(detections, texts, text_scores)
 
@@ -117,23 +164,25 @@ class TritonPythonModel:
         )
         return detections
 
-    async def _recognise_crops(self, crops: np.ndarray) -> np.ndarray:
+    async def _recognise_crops(self, crops: np.ndarray, deadline: _Deadline) -> np.ndarray:
         """stn then lprnet, in chunks no larger than the callees' max batch size."""
         step = self.recogniser_batch
         chunks = [crops[i : i + step] for i in range(0, len(crops), step)]
 
         async def one(chunk: np.ndarray) -> np.ndarray:
-            straightened = await self._infer(self.stn, chunk)
-            return await self._infer(self.lprnet, straightened)
+            straightened = await self._infer(self.stn, chunk, deadline)
+            deadline.check("lprnet")
+            return await self._infer(self.lprnet, straightened, deadline)
 
         results = await asyncio.gather(*(one(chunk) for chunk in chunks))
         return np.concatenate(results, axis=0)
 
-    async def _infer(self, model: str, batch: np.ndarray) -> np.ndarray:
+    async def _infer(self, model: str, batch: np.ndarray, deadline: _Deadline) -> np.ndarray:
         request = pb_utils.InferenceRequest(
             model_name=model,
             inputs=[pb_utils.Tensor("INPUT__0", np.ascontiguousarray(batch, dtype=np.float32))],
             requested_output_names=["OUTPUT__0"],
+            timeout=deadline.remaining_us(),
             # GPU callees (libtorch, KIND_GPU) hand their output back in host memory.
             preferred_memory=pb_utils.PreferredMemory(pb_utils.TRITONSERVER_MEMORY_CPU, 0),
         )

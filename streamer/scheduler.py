@@ -1,0 +1,247 @@
+"""Which camera sends the next frame to Triton, and how many frames may be at Triton at once.
+
+Overload is normal: a CPU Triton serves about six 1080p frames a second, a site asks for
+five per camera. Two parts keep Triton's queue short while every camera keeps getting answers:
+
+* :class:`AdaptiveWindow`: the number of frames in flight at one Triton endpoint (all cameras
+  together), sized from measured latency against its no-load minimum, in the manner of
+  Netflix's concurrency-limits (its AIMD and Gradient limiters). While the smoothed latency
+  of answers stays within ``tolerance`` times the no-load latency and the window is full,
+  the window grows by one per window of answers (additive increase); when latency exceeds
+  that, or a frame misses its deadline, it shrinks by ``backoff``, at most once per
+  round-trip (multiplicative decrease). The no-load latency is the minimum over the last
+  answers (a sliding minimum over ``baseline_horizon_s``): with the window bounding the
+  queue, some frames always find Triton idle, and a slower server is learnt within it.
+  On the embedded CPU Triton (two detector instances) it settles at 2-3 frames: both
+  instances busy, nothing queued; on a GPU it grows until batching stops paying.
+* :class:`FairScheduler`: permits for that window, given to the cameras that have a frame
+  waiting in turn, by start-time fair queuing (each camera's share is proportional to its
+  weight; a camera that was idle joins at the current virtual time, so it neither starves
+  the others nor is starved). ``max_per_camera`` caps one camera's frames in flight.
+
+A permit is held until Triton answers the frame or the stream is reset, never only until
+its caller gave up: so what Triton holds is bounded by the window (see
+streamer/inference.py, which owns the permits once a frame is sent). Pure asyncio, no I/O.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import itertools
+import math
+import time
+from dataclasses import dataclass, field
+
+
+class AdaptiveWindow:
+    """An in-flight limit adapted to latency (AIMD on a latency gradient). Not thread-safe."""
+
+    def __init__(
+        self,
+        *,
+        initial: int,
+        minimum: int,
+        maximum: int,
+        tolerance: float,
+        backoff: float = 0.8,
+        baseline_horizon_s: float = 60.0,
+        smoothing: float = 0.2,
+    ) -> None:
+        if not 1 <= minimum <= maximum:
+            raise ValueError(f"window: need 1 <= minimum <= maximum, got {minimum}, {maximum}")
+        if not tolerance >= 1.0:
+            raise ValueError(f"window: tolerance must be >= 1, got {tolerance}")
+        if not 0.0 < backoff < 1.0:
+            raise ValueError(f"window: backoff must be in (0, 1), got {backoff}")
+        self.minimum = minimum
+        self.maximum = maximum
+        self.tolerance = tolerance
+        self.backoff = backoff
+        self.smoothing = smoothing
+        self.baseline_horizon_s = baseline_horizon_s
+        self._limit = float(min(max(initial, minimum), maximum))
+        # (time, latency) with increasing latencies: the sliding minimum over the horizon.
+        self._minima: collections.deque[tuple[float, float]] = collections.deque()
+        self._smoothed: float | None = None
+        self._last_decrease = -math.inf
+
+    @property
+    def limit(self) -> int:
+        """Frames that may be in flight now (whole permits)."""
+        return max(self.minimum, int(self._limit))
+
+    @property
+    def no_load_latency_s(self) -> float | None:
+        """The fastest answer within the horizon: what a frame costs when nothing waits."""
+        return self._minima[0][1] if self._minima else None
+
+    @property
+    def smoothed_latency_s(self) -> float | None:
+        return self._smoothed
+
+    def on_answer(self, latency_s: float, in_flight: int, now: float | None = None) -> None:
+        """One answer took ``latency_s``; ``in_flight`` counts it and the others still out."""
+        now = time.monotonic() if now is None else now
+        latency_s = max(latency_s, 1e-6)
+        while self._minima and self._minima[-1][1] >= latency_s:
+            self._minima.pop()
+        self._minima.append((now, latency_s))
+        while self._minima[0][0] < now - self.baseline_horizon_s:
+            self._minima.popleft()
+        if self._smoothed is None:
+            self._smoothed = latency_s
+        else:
+            self._smoothed += self.smoothing * (latency_s - self._smoothed)
+        baseline = self.no_load_latency_s or latency_s
+        if self._smoothed > self.tolerance * baseline:
+            self._decrease(now)
+        elif in_flight >= self.limit:  # the window was the bound: more may help
+            self._limit = min(float(self.maximum), self._limit + 1.0 / self._limit)
+
+    def on_overload(self, now: float | None = None) -> None:
+        """A frame missed its deadline (or Triton refused it for load): shrink."""
+        self._decrease(time.monotonic() if now is None else now)
+
+    def _decrease(self, now: float) -> None:
+        # At most once per round-trip: the answers of one crowded window are one signal.
+        if now - self._last_decrease < (self._smoothed or 0.0):
+            return
+        self._last_decrease = now
+        self._limit = max(float(self.minimum), self._limit * self.backoff)
+
+
+class Permit:
+    """The right to have one frame of ``camera`` at Triton. Release exactly once (idempotent)."""
+
+    __slots__ = ("_released", "_scheduler", "camera")
+
+    def __init__(self, camera: str, scheduler: FairScheduler) -> None:
+        self.camera = camera
+        self._scheduler = scheduler
+        self._released = False
+
+    @property
+    def released(self) -> bool:
+        return self._released
+
+    def release(self, latency_s: float | None = None, *, overloaded: bool = False) -> None:
+        """Give the permit back; with the answer's latency when Triton answered."""
+        if self._released:
+            return
+        self._released = True
+        self._scheduler._released(self, latency_s, overloaded)
+
+
+@dataclass
+class _Camera:
+    weight: float = 1.0
+    held: int = 0
+    finish_tag: float = 0.0
+    granted: int = 0
+
+
+@dataclass(order=True)
+class _Waiter:
+    start_tag: float
+    seq: int
+    camera: str = field(compare=False)
+    future: asyncio.Future[Permit] = field(compare=False)
+
+
+class FairScheduler:
+    """Permits for one endpoint's :class:`AdaptiveWindow`, shared fairly between cameras."""
+
+    def __init__(self, window: AdaptiveWindow, *, max_per_camera: int) -> None:
+        if max_per_camera < 1:
+            raise ValueError(f"scheduler: max_per_camera must be >= 1, got {max_per_camera}")
+        self.window = window
+        self.max_per_camera = max_per_camera
+        self._cameras: dict[str, _Camera] = {}
+        self._waiters: list[_Waiter] = []
+        self._seq = itertools.count()
+        self._virtual_time = 0.0
+        self._in_flight = 0
+
+    @property
+    def in_flight(self) -> int:
+        """Permits held now (frames waiting to be sent or at Triton)."""
+        return self._in_flight
+
+    @property
+    def waiting(self) -> int:
+        """Cameras with a frame waiting for a permit."""
+        return len(self._waiters)
+
+    def held(self, camera: str) -> int:
+        entry = self._cameras.get(camera)
+        return entry.held if entry else 0
+
+    def granted(self, camera: str) -> int:
+        """Permits given to ``camera`` so far."""
+        entry = self._cameras.get(camera)
+        return entry.granted if entry else 0
+
+    def set_weight(self, camera: str, weight: float) -> None:
+        if not weight > 0:
+            raise ValueError(f"scheduler: weight of {camera} must be > 0, got {weight}")
+        self._cameras.setdefault(camera, _Camera()).weight = weight
+
+    def forget(self, camera: str) -> None:
+        """A camera removed: drop its bookkeeping once it holds nothing."""
+        entry = self._cameras.get(camera)
+        if entry is not None and entry.held == 0:
+            del self._cameras[camera]
+
+    async def acquire(self, camera: str) -> Permit:
+        """Wait for ``camera``'s turn under the window; cancellable while waiting."""
+        entry = self._cameras.setdefault(camera, _Camera())
+        start = max(self._virtual_time, entry.finish_tag)
+        entry.finish_tag = start + 1.0 / entry.weight
+        future: asyncio.Future[Permit] = asyncio.get_running_loop().create_future()
+        waiter = _Waiter(start, next(self._seq), camera, future)
+        self._waiters.append(waiter)
+        self._dispatch()  # granted at once when the window and the turn allow
+        try:
+            return await future
+        except asyncio.CancelledError:
+            if waiter in self._waiters:
+                self._waiters.remove(waiter)
+                entry.finish_tag -= 1.0 / entry.weight  # its turn was never taken
+            elif future.done() and not future.cancelled():
+                future.result().release()  # granted as it was cancelled: hand it on
+            raise
+
+    def _grant(self, camera: str, entry: _Camera, start_tag: float) -> Permit:
+        self._virtual_time = max(self._virtual_time, start_tag)
+        entry.held += 1
+        entry.granted += 1
+        self._in_flight += 1
+        return Permit(camera, self)
+
+    def _released(self, permit: Permit, latency_s: float | None, overloaded: bool) -> None:
+        in_flight = self._in_flight
+        self._in_flight -= 1
+        entry = self._cameras.get(permit.camera)
+        if entry is not None:
+            entry.held -= 1
+        if overloaded:
+            self.window.on_overload()
+        elif latency_s is not None:
+            self.window.on_answer(latency_s, in_flight)
+        self._dispatch()
+
+    def _dispatch(self) -> None:
+        """Grant permits to the waiters with the smallest start tags, while the window allows."""
+        while self._waiters and self._in_flight < self.window.limit:
+            eligible = [
+                w
+                for w in self._waiters
+                if self._cameras[w.camera].held < self.max_per_camera and not w.future.done()
+            ]
+            if not eligible:
+                return
+            waiter = min(eligible)
+            self._waiters.remove(waiter)
+            entry = self._cameras[waiter.camera]
+            waiter.future.set_result(self._grant(waiter.camera, entry, waiter.start_tag))
