@@ -11,10 +11,23 @@ PYTRITON_SPEC ?= nvidia-pytriton==0.7.0
 # The Python environment the embedded Triton's Python-backend models run in.
 # Triton 2.51's stub is built against numpy 1.x: with numpy 2 every tensor a
 # model returns arrives empty. So the models get their own venv: numpy<2, the
-# small CPU build of torch (TorchScript only) and OpenCV built for numpy 1.x.
+# small CPU build of torch (TorchScript only), OpenCV built for numpy 1.x, and OpenVINO
+# (the same version as the converters' in pyproject.toml; it runs with numpy 1.x too).
 TRITON_VENV ?= .venv-triton
-TRITON_ENV_SPEC ?= "numpy<2" torch==2.13.0 "opencv-python-headless<4.11"
+TRITON_ENV_SPEC ?= "numpy<2" torch==2.13.0 "opencv-python-headless<4.11" openvino==2026.4.1
 TARGET ?= cpu
+# How the CPU target serves the detector, stn and lprnet: torchscript (torch in the Python
+# backend) or openvino (OpenVINO IR in the Python backend; CPU_PRECISION fp32 or bf16).
+CPU_RUNTIME ?= torchscript
+CPU_PRECISION ?= fp32
+ifeq ($(TARGET),cpu)
+BUILD_RUNTIME_ARGS := --runtime $(CPU_RUNTIME) --precision $(CPU_PRECISION)
+# One stamp per variant, so that changing CPU_RUNTIME or CPU_PRECISION rebuilds.
+MODELS_VARIANT := cpu$(if $(filter torchscript-fp32,$(CPU_RUNTIME)-$(CPU_PRECISION)),,-$(CPU_RUNTIME)-$(CPU_PRECISION))
+else
+BUILD_RUNTIME_ARGS :=
+MODELS_VARIANT := $(TARGET)
+endif
 # Detector input (HxW): the footage and most cameras are 16:9, and a 736x1280
 # letterbox does 42 % less work than the square 1280 default of the converter.
 MODEL_INPUT_SIZE ?= 736x1280
@@ -54,10 +67,11 @@ $(STAMPS)/system:
 	@touch $@
 
 # Weights are verified (sha256) or downloaded, then exported into model_repository/.
-models: $(STAMPS)/models-$(TARGET)
-$(STAMPS)/models-$(TARGET): $(STAMPS)/venv $(MODEL_SOURCES)
+models: $(STAMPS)/models-$(MODELS_VARIANT)
+$(STAMPS)/models-$(MODELS_VARIANT): $(STAMPS)/venv $(MODEL_SOURCES)
 	$(BIN)/python -m converters fetch
-	$(BIN)/python -m converters build --target $(TARGET) --input-size $(MODEL_INPUT_SIZE)
+	$(BIN)/python -m converters build --target $(TARGET) --input-size $(MODEL_INPUT_SIZE) \
+		$(BUILD_RUNTIME_ARGS)
 	@rm -f $(STAMPS)/models-*
 	@touch $@
 
@@ -69,7 +83,8 @@ demo: setup models
 	LPR_ASSETS_DIR=$$($(BIN)/python -c 'from converters import assets; print(assets.default_assets_dir())') \
 		$(BIN)/python -m streamer run --config configs/demo.yaml --once
 
-# Side-by-side performance suite (about 20 minutes): docs/PERFORMANCE.md (+ .json, .png next to it).
+# Side-by-side performance suite (about 40 minutes on 2 cores: P1-P4 ~17, overload ladder ~14,
+# runtimes ~5, cameras per core ~3, motion gating ~2): docs/PERFORMANCE.md (+ .json, .png next to it).
 bench: setup models
 	$(BIN)/pip install --quiet -e '.[convert,dev,bench]'
 	$(BIN)/python -m bench

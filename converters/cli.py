@@ -8,6 +8,7 @@ from pathlib import Path
 
 from converters import assets
 from converters.errors import ConversionError
+from converters.model_config import PRECISIONS, RUNTIMES, Serving
 from converters.paths import MODEL_REPOSITORY
 
 
@@ -42,6 +43,9 @@ def _build(args: argparse.Namespace) -> int:
     # Imported here: torch is needed to build, not to fetch or check.
     from converters import detector, repository
 
+    # Checked before any work (and before torch exports anything).
+    Serving.resolve(args.target, args.runtime, args.precision, args.tensorrt)
+
     options = repository.BuildOptions(
         target=args.target,
         assets_dir=args.assets_dir,
@@ -53,6 +57,9 @@ def _build(args: argparse.Namespace) -> int:
         gpu_instances=args.gpu_instances,
         cpu_detector_instances=args.cpu_detector_instances,
         cpu_detector_threads=args.cpu_detector_threads,
+        runtime=args.runtime,
+        precision=args.precision,
+        tensorrt=args.tensorrt,
     )
     repository.build(options, _progress)
     return 0
@@ -112,8 +119,27 @@ def build_parser() -> argparse.ArgumentParser:
         "--cpu-detector-threads",
         type=_positive_int,
         default=1,
-        help="CPU target: torch threads per detector instance (default 1); "
+        help="CPU target: threads (torch or OpenVINO) per detector instance (default 1); "
         "instances x threads should not exceed the cores Triton may use",
+    )
+    build.add_argument(
+        "--runtime",
+        choices=RUNTIMES,
+        default="torchscript",
+        help="how the detector, stn and lprnet are served: torchscript (default, cpu and "
+        "gpu), openvino (cpu: OpenVINO IR in the Python backend), onnx (gpu: onnxruntime_onnx)",
+    )
+    build.add_argument(
+        "--precision",
+        choices=PRECISIONS,
+        help="openvino: fp32 (default) or bf16 (the detector in bf16, which needs a CPU "
+        "with bf16; stn and lprnet stay fp32); onnx with --tensorrt: fp16 (default) or "
+        "fp32; torchscript: fp32 only",
+    )
+    build.add_argument(
+        "--tensorrt",
+        action="store_true",
+        help="gpu --runtime onnx: add ONNX Runtime's TensorRT accelerator to the configs",
     )
     build.set_defaults(func=_build)
 

@@ -15,7 +15,7 @@ from converters.paths import TEMPLATES
 
 @dataclass(frozen=True)
 class TensorModel:
-    """A TorchScript model of the repository and how Triton should batch it."""
+    """A tensor model of the repository (detector, stn, lprnet) and how Triton should batch it."""
 
     name: str
     input_dims: tuple[int, ...]
@@ -25,36 +25,123 @@ class TensorModel:
     gpu_max_batch_size: int
     gpu_preferred_batch_sizes: tuple[int, ...]
     cpu_instances: int = 1
+    # Whether ``--precision bf16`` applies to it on the CPU (OpenVINO); the others stay f32.
+    cpu_bf16: bool = False
 
 
 def _dims(dims: tuple[int, ...]) -> str:
     return ", ".join(str(d) for d in dims)
 
 
-def render_tensor_model(model: TensorModel, target: str, gpu_instances: int = 1) -> str:
+#: (target, runtime) -> the tensor models' config template.
+TEMPLATE_FILES = {
+    ("cpu", "torchscript"): "torchscript_python.pbtxt",
+    ("cpu", "openvino"): "openvino_python.pbtxt",
+    ("gpu", "torchscript"): "torchscript_libtorch.pbtxt",
+    ("gpu", "onnx"): "onnxruntime_onnx.pbtxt",
+}
+#: Where ONNX Runtime's TensorRT provider keeps the engines it builds (inside the server).
+TRT_CACHE_DIR = "/tmp/lpr-streamer-trt-cache"
+
+
+#: OpenVINO precision hints, by the names of the converter's ``--precision``.
+OPENVINO_HINTS = {"fp32": "f32", "bf16": "bf16"}
+RUNTIMES = ("torchscript", "openvino", "onnx")
+PRECISIONS = ("fp32", "bf16", "fp16")
+
+
+@dataclass(frozen=True)
+class Serving:
+    """How the tensor models are served: runtime, precision, GPU accelerator."""
+
+    runtime: str = "torchscript"
+    precision: str = "fp32"
+    tensorrt: bool = False
+
+    @classmethod
+    def resolve(
+        cls, target: str, runtime: str, precision: str | None, tensorrt: bool = False
+    ) -> Serving:
+        """Check the combination for ``target``; ``precision`` None is the runtime's default.
+
+        cpu: torchscript (fp32) or openvino (fp32, bf16); gpu: torchscript (fp32) or onnx
+        (fp32; with the TensorRT accelerator fp16, the default, or fp32).
+        """
+        if (target, runtime) not in TEMPLATE_FILES:
+            runtimes = [r for t, r in TEMPLATE_FILES if t == target]
+            if not runtimes:
+                raise ConversionError(f"unknown target {target!r}: use cpu or gpu")
+            raise ConversionError(
+                f"runtime {runtime!r} is not available for target {target}: use one of {runtimes}"
+            )
+        if tensorrt and runtime != "onnx":
+            raise ConversionError("the TensorRT accelerator needs --target gpu --runtime onnx")
+        allowed = {
+            "torchscript": ("fp32",),
+            "openvino": tuple(OPENVINO_HINTS),
+            "onnx": ("fp16", "fp32") if tensorrt else ("fp32",),
+        }[runtime]
+        chosen = precision or allowed[0]
+        if chosen not in allowed:
+            what = f"{runtime} with TensorRT" if tensorrt else runtime
+            hint = " (fp16 needs the TensorRT accelerator)" if chosen == "fp16" else ""
+            raise ConversionError(
+                f"precision {chosen!r} is not available for {what}: use one of "
+                f"{list(allowed)}{hint}"
+            )
+        return cls(runtime, chosen, tensorrt)
+
+
+def render_tensor_model(
+    model: TensorModel, target: str, gpu_instances: int = 1, serving: Serving | None = None
+) -> str:
+    serving = serving or Serving()
+    Serving.resolve(target, serving.runtime, serving.precision, serving.tensorrt)  # or raise
+    template_file = TEMPLATE_FILES[(target, serving.runtime)]
+    values: dict[str, object]
     if target == "cpu":
-        template = TEMPLATES / "torchscript_python.pbtxt"
         values = {
             "max_batch_size": model.cpu_max_batch_size,
             "max_queue_delay_us": 1000,
             "torch_threads": model.cpu_torch_threads,
+            "threads": model.cpu_torch_threads,
+            "precision_hint": cpu_precision_hint(model, serving),
             "cpu_instances": model.cpu_instances,
         }
-    elif target == "gpu":
-        template = TEMPLATES / "torchscript_libtorch.pbtxt"
+    else:
         values = {
             "max_batch_size": model.gpu_max_batch_size,
             "preferred_batch_sizes": _dims(model.gpu_preferred_batch_sizes),
             "max_queue_delay_us": 2000,
             "gpu_instances": gpu_instances,
+            "accelerator_note": " (TensorRT accelerator)" if serving.tensorrt else "",
+            "optimization": _tensorrt_block(model, serving.precision) if serving.tensorrt else "",
         }
-    else:
-        raise ConversionError(f"unknown target {target!r}: use cpu or gpu")
-    return Template(template.read_text()).substitute(
+    return Template((TEMPLATES / template_file).read_text()).substitute(
         name=model.name,
         input_dims=_dims(model.input_dims),
         output_dims=_dims(model.output_dims),
         **values,
+    )
+
+
+def cpu_precision_hint(model: TensorModel, serving: Serving) -> str:
+    """OpenVINO's precision hint for ``model``: bf16 only where the model allows it."""
+    if serving.precision == "bf16" and not model.cpu_bf16:
+        return OPENVINO_HINTS["fp32"]
+    return OPENVINO_HINTS.get(serving.precision, serving.precision)
+
+
+def _tensorrt_block(model: TensorModel, precision: str) -> str:
+    def shape(batch: int) -> str:
+        return "x".join(str(d) for d in (batch, *model.input_dims))
+
+    return Template((TEMPLATES / "tensorrt_accelerator.pbtxt").read_text()).substitute(
+        precision_mode=precision.upper(),
+        cache_dir=TRT_CACHE_DIR,
+        min_shape=shape(1),
+        opt_shape=shape(max(model.gpu_preferred_batch_sizes)),
+        max_shape=shape(model.gpu_max_batch_size),
     )
 
 

@@ -3,6 +3,11 @@
 Everything is checked and written into a scratch folder first; only when every
 model has been exported, compared and its config parsed does the build move
 into the output folder. A failed build leaves the output as it was.
+
+The tensor models (detector, stn, lprnet) are served as TorchScript by default (a
+Python-backend model on cpu, ``pytorch_libtorch`` on gpu); ``runtime`` "openvino" (cpu)
+converts them to OpenVINO IR via ONNX, "onnx" (gpu) serves the ONNX files on
+``onnxruntime_onnx``, optionally with the TensorRT accelerator (see ``onnx_export``).
 """
 
 from __future__ import annotations
@@ -17,10 +22,12 @@ from pathlib import Path
 
 import torch
 
-from converters import assets, detector, recognisers
+from converters import assets, detector, onnx_export, recognisers
 from converters.errors import ConversionError
 from converters.model_config import (
+    Serving,
     TensorModel,
+    cpu_precision_hint,
     parse_config,
     render_plate_recognition,
     render_tensor_model,
@@ -51,6 +58,10 @@ class BuildOptions:
     # burn the CPU that the BLS, Triton and the service's decode need.
     cpu_detector_instances: int = 2
     cpu_detector_threads: int = 1
+    # How the tensor models are served: see model_config.Serving.resolve for the choices.
+    runtime: str = "torchscript"
+    precision: str | None = None  # None: the runtime's default (fp32; fp16 with TensorRT)
+    tensorrt: bool = False
     extra_info: dict[str, object] = field(default_factory=dict)
 
 
@@ -89,6 +100,10 @@ def _tensor_models(
             cpu_instances=options.cpu_detector_instances,
             gpu_max_batch_size=16,
             gpu_preferred_batch_sizes=(4, 8, 16),
+            # bf16 on the detector: about 2x its speed, boxes move by a few pixels (2 of 60
+            # yard_cam frames read otherwise). On the STN it changed the texts of 10 of the
+            # 60 frames for little gain (bench.runtimes), so the recognisers stay f32.
+            cpu_bf16=True,
         ),
         "stn": TensorModel(
             name="stn",
@@ -111,27 +126,105 @@ def _tensor_models(
     }
 
 
+@dataclass(frozen=True)
+class _Network:
+    """One tensor model's sources: the TorchScript to save, the network to export to ONNX."""
+
+    scripted: torch.jit.ScriptModule
+    eager: torch.nn.Module
+    input_chw: tuple[int, ...]
+    image_input: bool  # random test inputs in 0..1 (an image) rather than N(0, 1)
+    check_batch: int
+
+
 def _write_model(
-    staging: Path, model: TensorModel, module: torch.jit.ScriptModule, target: str, instances: int
+    staging: Path,
+    model: TensorModel,
+    network: _Network,
+    options: BuildOptions,
+    serving: Serving,
+    progress: Callable[[str], None],
 ) -> None:
     version = staging / model.name / "1"
     version.mkdir(parents=True)
-    torch.jit.save(module, str(version / "model.pt"))
-    config_text = render_tensor_model(model, target, instances)
+    if serving.runtime == "torchscript":
+        torch.jit.save(network.scripted, str(version / "model.pt"))
+    else:
+        bf16 = options.target == "cpu" and cpu_precision_hint(model, serving) == "bf16"
+        _write_onnx_model(staging, version, model.name, network, serving, bf16, progress)
+    config_text = render_tensor_model(model, options.target, options.gpu_instances, serving)
     parse_config(config_text, f"{model.name}/config.pbtxt")
     (staging / model.name / "config.pbtxt").write_text(config_text)
-    if target == "cpu":
-        shutil.copyfile(TEMPLATES / "torchscript_model.py", version / "model.py")
+    if options.target == "cpu":
+        template = (
+            "torchscript_model.py" if serving.runtime == "torchscript" else "openvino_model.py"
+        )
+        shutil.copyfile(TEMPLATES / template, version / "model.py")
+
+
+def _write_onnx_model(
+    staging: Path,
+    version: Path,
+    name: str,
+    network: _Network,
+    serving: Serving,
+    bf16: bool,
+    progress: Callable[[str], None],
+) -> None:
+    """ONNX (gpu: served as is) or OpenVINO IR (cpu), each checked against PyTorch.
+
+    ``bf16``: the model will run with OpenVINO's bf16 hint; its deviation is reported.
+    """
+    example = torch.zeros((1, *network.input_chw))
+    if serving.runtime == "onnx":
+        onnx_path = version / onnx_export.ONNX_FILE
+        checked = onnx_path
+    else:
+        (staging / ".onnx").mkdir(exist_ok=True)
+        onnx_path = staging / ".onnx" / f"{name}.onnx"
+        checked = version / onnx_export.IR_FILE
+    onnx_export.export_onnx(name, network.eager, example, onnx_path)
+    if serving.runtime == "openvino":
+        onnx_export.save_openvino(name, onnx_path, checked)
+    what = "ONNX" if serving.runtime == "onnx" else "OpenVINO IR"
+    comparison = onnx_export.compare(
+        name,
+        network.eager,
+        checked,
+        network.input_chw,
+        network.check_batch,
+        uniform=network.image_input,
+    )
+    onnx_export.check(name, comparison, f"the {what} (run by OpenVINO, fp32)")
+    progress(
+        f"{name}: exported to {what}, max |PyTorch - {what}| = {comparison.max_abs:.1e} "
+        f"on a random batch of {comparison.batch}"
+    )
+    if bf16:
+        if not onnx_export.cpu_supports_bf16():
+            progress(f"{name}: this CPU does not support bf16; the model will not load here")
+            return
+        reduced = onnx_export.compare(
+            name,
+            network.eager,
+            checked,
+            network.input_chw,
+            network.check_batch,
+            precision="bf16",
+            uniform=network.image_input,
+        )
+        progress(f"{name}: bf16 differs from PyTorch by up to {reduced.max_abs:.1e} (not checked)")
 
 
 def build(options: BuildOptions, progress: Callable[[str], None] = print) -> Path:
     """Export all models for ``options.target`` into ``options.out``; return it."""
     if options.target not in TARGETS:
         raise ConversionError(f"unknown target {options.target!r}: use one of {TARGETS}")
+    serving = Serving.resolve(options.target, options.runtime, options.precision, options.tensorrt)
     started = time.monotonic()
     weights = _weights(options, progress)
 
-    modules: dict[str, torch.jit.ScriptModule] = {}
+    networks: dict[str, _Network] = {}
     for name in ("stn", "lprnet"):
         spec = recognisers.SPECS[name]
         eager = recognisers.load_checkpoint(spec, weights[name])
@@ -143,10 +236,12 @@ def build(options: BuildOptions, progress: Callable[[str], None] = print) -> Pat
                 f"(> {MAX_EXPORT_DIFFERENCE:.0e})"
             )
         progress(f"{name}: exported to TorchScript, max |eager - scripted| = {difference:.1e}")
-        modules[name] = scripted
+        networks[name] = _Network(scripted, eager, spec.input_chw, False, 4)
 
     exported = detector.export_detector(weights["detector"], options.input_hw, progress)
-    modules["detector"] = exported.module
+    networks["detector"] = _Network(
+        exported.module, exported.module, (3, *exported.input_hw), True, 2
+    )
     models = _tensor_models(exported, options)
 
     out = options.out.resolve()
@@ -154,8 +249,8 @@ def build(options: BuildOptions, progress: Callable[[str], None] = print) -> Pat
     with tempfile.TemporaryDirectory(prefix=f".{out.name}.building-", dir=out.parent) as tmp:
         staging = Path(tmp)
         for name, model in models.items():
-            progress(f"{name}: writing {options.target} model")
-            _write_model(staging, model, modules[name], options.target, options.gpu_instances)
+            progress(f"{name}: writing {options.target} model ({serving.runtime})")
+            _write_model(staging, model, networks[name], options, serving, progress)
 
         bls_config = render_plate_recognition(
             input_height=options.input_hw[0],
@@ -179,6 +274,15 @@ def build(options: BuildOptions, progress: Callable[[str], None] = print) -> Pat
             "detector_layout": exported.layout,
             "detector_output": list(exported.output_shape),
             "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "runtime": serving.runtime,
+            "precision": serving.precision,
+            **({"gpu_accelerator": "tensorrt"} if serving.tensorrt else {}),
+            **(
+                {"precision_hints": {n: cpu_precision_hint(m, serving) for n, m in models.items()}}
+                if serving.runtime == "openvino"
+                else {}
+            ),
+            **_runtime_versions(serving.runtime),
             "torch": torch.__version__,
             **options.extra_info,
         }
@@ -186,6 +290,15 @@ def build(options: BuildOptions, progress: Callable[[str], None] = print) -> Pat
         _install(staging, out, [*models, BLS_MODEL])
     progress(f"built {options.target} repository in {out} ({time.monotonic() - started:.1f} s)")
     return out
+
+
+def _runtime_versions(runtime: str) -> dict[str, str]:
+    if runtime == "torchscript":
+        return {}
+    import onnx
+    import openvino
+
+    return {"onnx": onnx.__version__, "openvino": openvino.__version__.split("-")[0]}
 
 
 def _install(staging: Path, out: Path, model_names: list[str]) -> None:

@@ -1,25 +1,95 @@
-"""Shared fixtures: a real embedded Triton on the project's built model repository."""
+"""Shared fixtures: real embedded Tritons on the project's model repositories."""
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from converters.cli import main as converters_main
 from converters.paths import MODEL_REPOSITORY
 from streamer.triton_server import EmbeddedTriton
 
 
-@pytest.fixture(scope="session")
-def triton_server() -> Iterator[EmbeddedTriton]:
-    """One CPU Triton for the session, on ``model_repository/`` as `make models` built it."""
-    if not (MODEL_REPOSITORY / "build_info.json").is_file():
+def _built_info() -> dict[str, object]:
+    info_path = MODEL_REPOSITORY / "build_info.json"
+    if not info_path.is_file():
         pytest.fail("model_repository/ is not built: run `make models` (or `make test`)")
+    info = json.loads(info_path.read_text())
+    assert isinstance(info, dict)
+    return info
+
+
+def _cpu_repository(runtime: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``model_repository/`` if `make models` built it for ``runtime``, else a build of its own.
+
+    A build of its own gets the same detector input size, so both read frames alike.
+    """
+    info = _built_info()
+    if info.get("runtime", "torchscript") == runtime:
+        return MODEL_REPOSITORY
+    height, width = info["input_hw"]  # type: ignore[misc]
+    out = tmp_path_factory.mktemp(runtime) / "model_repository"
+    args = ["build", "--target", "cpu", "--runtime", runtime, "--out", str(out)]
+    assert converters_main([*args, "--input-size", f"{height}x{width}"]) == 0
+    return out
+
+
+def _serve(repository: Path) -> Iterator[EmbeddedTriton]:
     logging.getLogger("streamer.triton_server").setLevel(logging.WARNING)
-    server = EmbeddedTriton(MODEL_REPOSITORY)
+    server = EmbeddedTriton(repository)
     server.start()
     try:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def repository_server() -> Iterator[EmbeddedTriton]:
+    """One CPU Triton for the session, on ``model_repository/`` as `make models` built it."""
+    _built_info()
+    yield from _serve(MODEL_REPOSITORY)
+
+
+@pytest.fixture(scope="session")
+def triton_server(repository_server: EmbeddedTriton) -> EmbeddedTriton:
+    """The Triton the tests use (tests/model_repository runs each CPU runtime instead)."""
+    return repository_server
+
+
+@pytest.fixture(scope="session")
+def torchscript_repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A CPU repository serving TorchScript (``--runtime torchscript``, the default)."""
+    return _cpu_repository("torchscript", tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def openvino_repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A CPU repository serving OpenVINO IR (``--runtime openvino``, fp32)."""
+    return _cpu_repository("openvino", tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def torchscript_server(
+    torchscript_repository: Path, request: pytest.FixtureRequest
+) -> Iterator[EmbeddedTriton]:
+    """A CPU Triton on :func:`torchscript_repository` (the session's one if that is it)."""
+    if torchscript_repository == MODEL_REPOSITORY:
+        yield request.getfixturevalue("repository_server")
+    else:
+        yield from _serve(torchscript_repository)
+
+
+@pytest.fixture(scope="session")
+def openvino_server(
+    openvino_repository: Path, request: pytest.FixtureRequest
+) -> Iterator[EmbeddedTriton]:
+    """A CPU Triton on :func:`openvino_repository` (the session's one if that is it)."""
+    if openvino_repository == MODEL_REPOSITORY:
+        yield request.getfixturevalue("repository_server")
+    else:
+        yield from _serve(openvino_repository)
