@@ -1,6 +1,7 @@
 """Where the time goes: py-spy profiles of the suite's workloads, summarised as text.
 
     .venv/bin/python -m bench.profile service [--cameras 4] [--seconds 3] [--native]
+        [--realtime [--motion]]
     .venv/bin/python -m bench.profile seed    [--cameras 4] [--seconds 3]
     .venv/bin/python -m bench.profile bare    [--seconds 3]
     .venv/bin/python -m bench.profile ingest  [--copies 3]
@@ -11,6 +12,10 @@ seed client) and Triton's Python-backend stubs (BLS, detector, stn, lprnet). ``b
 ``ingest`` run their worker under py-spy (start-up included). The collapsed stacks go to
 ``bench/results/profile-<target>-<stamp>.txt`` (open them in https://www.speedscope.app); the
 summary (samples per process, the functions the samples end in) is printed.
+
+``service --realtime``: the load of the overload ladder (phase O) instead: the cameras loop
+the whole clip in real time at sample_fps 5 for ``--seconds`` (``--motion``: gating on, as
+phase C).
 """
 
 from __future__ import annotations
@@ -150,6 +155,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--copies", type=int, default=3, help="plays of the clip (ingest)")
     parser.add_argument("--rate", type=int, default=100, help="samples per second")
     parser.add_argument("--native", action="store_true", help="C/C++ frames too (slower)")
+    parser.add_argument(
+        "--realtime",
+        action="store_true",
+        help="service: real-time cameras looping the clip at 5 fps for --seconds (phase O)",
+    )
+    parser.add_argument("--motion", action="store_true", help="service --realtime: motion gate on")
     parser.add_argument("--out", type=Path, help="raw collapsed stacks")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
@@ -170,6 +181,18 @@ def main(argv: list[str] | None = None) -> int:
             with EmbeddedTriton(MODEL_REPOSITORY) as triton:
 
                 def workload(clips: list[Path]) -> dict[str, object]:
+                    if args.target == "service" and args.realtime:
+                        spec = ServiceSpec(
+                            [source] * len(clips),
+                            triton.grpc_url,
+                            5.0,
+                            realtime=True,
+                            events_extra={"dedup_window_s": 0},
+                            camera_extra={"motion": {"enabled": args.motion}},
+                        )
+                        folder = work / f"svc-{time.monotonic_ns()}"
+                        seconds = args.seconds if clips[0] == clip else 5.0
+                        return run_service(spec, folder, triton.pid, duration_s=seconds)
                     if args.target == "service":
                         spec = ServiceSpec(clips, triton.grpc_url, 15.0)
                         return run_service(spec, work / f"svc-{time.monotonic_ns()}", triton.pid)

@@ -7,6 +7,7 @@ import posixpath
 from collections.abc import Sequence
 from typing import Any
 
+from bench import report_capacity
 from bench.common import Figure, summarize
 
 #: How to profile each figure's slower side when its target is missed (bench/profile.py).
@@ -161,7 +162,7 @@ def document(meta: dict[str, Any], figures: Sequence[Figure], table_md: str) -> 
             f"> **Smoke run (`--quick`)**: 1-second clips, {plan['rounds']} rounds, a "
             f"{plan['soak_minutes']:g}-minute soak, on a "
             "machine shared with other heavy jobs. These figures check that the suite works; "
-            "they are not the measurement. `make bench` (about 20 minutes) gives those.",
+            "they are not the measurement. `make bench` (about 40 minutes) gives those.",
             "",
         ]
     load_start = " ".join(f"{x:g}" for x in meta["loadavg_at_start"])
@@ -349,6 +350,7 @@ def document(meta: dict[str, Any], figures: Sequence[Figure], table_md: str) -> 
             )
         if plot and not ignored:
             lines += ["", f"![P4: RSS of the service and of Triton over the soak]({link})"]
+    lines += report_capacity.sections(by_key, figures)
     lines.append("")
 
     missed = [f for f in figures if f.verdict == "MISS"]
@@ -365,7 +367,8 @@ def document(meta: dict[str, Any], figures: Sequence[Figure], table_md: str) -> 
                 "few runs does not settle it. Rerun before acting on this one.",
                 "",
             ]
-        commands = PROFILE_COMMANDS.get(f.key, [])
+        family = report_capacity.family(f.key)
+        commands = PROFILE_COMMANDS.get(f.key) or report_capacity.PROFILE_COMMANDS.get(family, [])
         if commands:
             uses_profile = any("bench.profile" in c for c in commands)
             lines += [
@@ -394,16 +397,18 @@ def document(meta: dict[str, Any], figures: Sequence[Figure], table_md: str) -> 
                 for g in growth
             ]
             lines += ["```", ""]
-        if f.key in PLANS:
-            lines += [f"Plan: {PLANS[f.key]}", ""]
+        plan_text = PLANS.get(f.key) or report_capacity.PLANS.get(family)
+        if plan_text:
+            lines += [f"Plan: {plan_text}", ""]
 
     lines += [
         "## Reproduce",
         "",
         "```sh",
-        "make bench                                   # = .venv/bin/python -m bench (~20 min)",
+        "make bench                                   # = .venv/bin/python -m bench (~40 min)",
         ".venv/bin/python -m bench --quick            # smoke run, a few minutes",
-        ".venv/bin/python -m bench --only P1,P3       # some phases (P1 P2 P3 P4 T)",
+        ".venv/bin/python -m bench --only P1,P3       # some phases (P1 P2 P3 P4 T R O M C)",
+        ".venv/bin/python -m bench --only O --ladder 1,4,32  # another overload ladder",
         ".venv/bin/python -m bench --soak-minutes 30  # a longer soak",
         "```",
         "",
@@ -415,10 +420,12 @@ def document(meta: dict[str, Any], figures: Sequence[Figure], table_md: str) -> 
         f"{full.get('soak_minutes', 0):g} min (shortened if the earlier phases overran, so that "
         f"the run stays within {(full.get('budget_s') or 0) / 60:g} min). One embedded Triton "
         "(`streamer.triton_server.EmbeddedTriton` on `model_repository/`, what the service "
-        "starts when no URL is configured) serves every phase: it is started once, after P3, "
+        "starts when no URL is configured) serves every phase but R: it is started once, after "
+        "P3 and R, "
         "its callee models are run once at every batch size (TorchScript optimises per input "
         "shape on the first calls), and a service run that is not counted precedes each "
-        "group; the bare loop warms up the same way in its own process.",
+        "group; the bare loop warms up the same way in its own process. "
+        + report_capacity.reproduce(full),
         "",
     ]
     return "\n".join(lines)

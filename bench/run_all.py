@@ -16,6 +16,15 @@ both sides alike); ratio = median / median, with each side's median, min-max and
 * P4 soak: 4 cameras for ``--soak-minutes``; service RSS growth (< 5 %), plot, frame-to-event
   latency p50/p99.
 * T transport variants: measured when ``TritonConfig`` offers a ``*transport*`` choice.
+* R runtimes (bench/runtime_rows.py): TorchScript vs OpenVINO fp32/bf16, whole-chain frames/s,
+  through ``bench.runtimes.suite_rows`` when that exists. Target >= 1.0.
+* O overload ladder (bench/capacity.py): 1, 2, 4, 8, 16 real-time cameras, a worker process
+  per step; answered frames/s >= 0.9 x min(offered, saturated 1-camera rate), per-camera
+  share >= 0.8, p99 time at Triton <= 2 x unloaded, RSS growth < 5 %, wrong-text events.
+* M motion gating (bench/motion_gate.py): a clip with long still stretches, gated and not;
+  detector calls <= 0.30 x, identical event texts.
+* C cameras per core (bench/camera_mix.py): a realistic mix, motion gating on; cameras /
+  CPU cores busy when every camera kept up.
 
 Writes ``bench/results/<stamp>.json`` (raw: every run), ``docs/PERFORMANCE-soak-rss.png``,
 ``docs/PERFORMANCE.md`` (the table) and ``docs/PERFORMANCE.json`` (the raw results behind it,
@@ -64,7 +73,9 @@ from bench.common import (
 )
 from bench.params import PipelineParams, load_params
 
-PHASES = ("P1", "P2", "P3", "P4", "T")
+PHASES = ("P1", "P2", "P3", "P4", "T", "R", "O", "M", "C")
+#: The phases that need the suite's Triton (R starts its own, before it).
+TRITON_PHASES = ("P1", "P2", "P4", "T", "O", "M", "C")
 MODEL_REPOSITORY = PROJECT_ROOT / "model_repository"
 DOC = PROJECT_ROOT / "docs" / "PERFORMANCE.md"
 CLIP_MIN_S, CLIP_MAX_S = 1.0, 8.0
@@ -78,7 +89,8 @@ SOAK_RESERVE_S = 45.0
 
 @dataclass
 class Plan:
-    """How big each phase is. The full plan fits ``make bench`` in 20 minutes on 2 cores."""
+    """How big each phase is. The full plan fits ``make bench`` in about 40 minutes on 2 cores
+    (P1-P4 about 17, O 14, M 2, C 3, R about 5)."""
 
     quick: bool
     rounds: int
@@ -94,6 +106,17 @@ class Plan:
     soak_minutes: float
     transport_rounds: int
     budget_s: float | None  # the whole run; the soak is shortened to keep within it
+    ladder: tuple[int, ...] = (1, 2, 4, 8, 16)  # O: cameras per step
+    ladder_step_s: float = 140.0  # O: each step's run, warm-up included
+    ladder_warmup_s: float = 30.0
+    ref_s: float = 45.0  # O: each reference run (saturated rate, unloaded service time)
+    ref_warmup_s: float = 10.0
+    motion_still_s: float = 20.0  # M: still before and after the clip
+    motion_rounds: int = 2
+    mix_cameras: int = 0  # C: 0 = sized from O's saturated rate
+    mix_still_s: int = 32  # C: still seconds per 40 s period (vehicle in view 20 %)
+    mix_s: float = 150.0
+    mix_warmup_s: float = 30.0
 
 
 def make_plan(args: argparse.Namespace) -> Plan:
@@ -113,6 +136,15 @@ def make_plan(args: argparse.Namespace) -> Plan:
             soak_minutes=0.5,
             transport_rounds=2,
             budget_s=None,
+            ladder=(1, 2),
+            ladder_step_s=12.0,
+            ladder_warmup_s=4.0,
+            ref_s=10.0,
+            ref_warmup_s=3.0,
+            motion_still_s=3.0,
+            motion_rounds=1,
+            mix_s=20.0,
+            mix_warmup_s=5.0,
         )
     else:
         plan = Plan(
@@ -129,7 +161,7 @@ def make_plan(args: argparse.Namespace) -> Plan:
             p3_sample_fps=5.0,
             soak_minutes=10.0,
             transport_rounds=3,
-            budget_s=19.5 * 60,
+            budget_s=45 * 60,
         )
     if args.soak_minutes is not None:
         plan.soak_minutes = args.soak_minutes
@@ -137,6 +169,10 @@ def make_plan(args: argparse.Namespace) -> Plan:
         plan.rounds = args.rounds
     if args.budget_minutes is not None:
         plan.budget_s = args.budget_minutes * 60 if args.budget_minutes > 0 else None
+    if args.ladder is not None:
+        plan.ladder = tuple(args.ladder)
+    if args.mix_cameras is not None:
+        plan.mix_cameras = args.mix_cameras
     return plan
 
 
@@ -254,9 +290,16 @@ class Suite:
         return any(p in self.only for p in phases)
 
     def run(self) -> None:
+        from bench.camera_mix import phase_mix
+        from bench.capacity import phase_ladder
+        from bench.motion_gate import phase_motion
+        from bench.runtime_rows import phase_runtimes
+
         if self.want("P3"):
             self.timed("P3", self.phase_p3)
-        if self.want("P1", "P2", "P4", "T"):
+        if self.want("R"):  # its own Tritons, one per runtime: before the suite's starts
+            self.timed("R runtimes", lambda: phase_runtimes(self))
+        if self.want(*TRITON_PHASES):
             self.timed("triton start", self.start_triton)
             try:
                 if self.want("P1", "P2"):
@@ -265,6 +308,12 @@ class Suite:
                     self.timed("P2 four cameras", self.phase_four_cameras)
                 if self.want("T"):
                     self.timed("T transport", self.phase_transport)
+                if self.want("O"):
+                    self.timed("O overload ladder", lambda: phase_ladder(self))
+                if self.want("M"):
+                    self.timed("M motion gating", lambda: phase_motion(self))
+                if self.want("C"):
+                    self.timed("C cameras per core", lambda: phase_mix(self))
                 if self.want("P4"):
                     self.timed("P4 soak", self.phase_p4)
             finally:
@@ -851,15 +900,18 @@ PROFILE_TARGETS: dict[str, tuple[str, ...]] = {
 
 def profile_misses(figures: list[Figure], quick: bool) -> None:
     """py-spy profile of the slower side of every missed figure; summary into its extra."""
+    from bench.report_capacity import profile_target
+
     done: dict[tuple[str, ...], str] = {}
     for figure in figures:
-        target = PROFILE_TARGETS.get(figure.key)
+        target = PROFILE_TARGETS.get(figure.key) or profile_target(figure, quick)
         if figure.verdict != "MISS" or target is None:
             continue
         if target not in done:
             log(f"profiling {' '.join(target)} for {figure.key} (py-spy)")
             command = [sys.executable, "-m", "bench.profile", *target]
-            command += ["--seconds", "1" if quick else "3"]
+            if "--seconds" not in target:
+                command += ["--seconds", "1" if quick else "3"]
             code, _, _, out = run_with_rusage(command)
             done[target] = out if code == 0 else f"profile failed (exit {code})"
         figure.extra["profile"] = done[target]
@@ -880,9 +932,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--soak-minutes", type=float, help="P4 length (default 10; --quick 0.5)")
     parser.add_argument("--rounds", type=int, help="rounds for P1/P2 (default 3)")
     parser.add_argument(
+        "--ladder",
+        type=lambda s: [int(n) for n in s.split(",") if n.strip()],
+        help="O: cameras per step, comma-separated (default 1,2,4,8,16; --quick 1,2)",
+    )
+    parser.add_argument(
+        "--mix-cameras",
+        type=int,
+        help="C: cameras (default: sized from O's saturated rate, else 2 per core)",
+    )
+    parser.add_argument(
         "--budget-minutes",
         type=float,
-        help="whole-run budget the soak is shortened to fit (default 19.5; --quick or 0: none)",
+        help="whole-run budget the soak is shortened to fit (default 45; --quick or 0: none)",
     )
     parser.add_argument("--doc", type=Path, default=DOC, help="the table (default %(default)s)")
     parser.add_argument("--no-doc", action="store_true", help="write the JSON only")
@@ -909,6 +971,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     unknown = set(args.only) - set(PHASES)
     if unknown:
         parser.error(f"unknown phase(s) {sorted(unknown)}; choose from {','.join(PHASES)}")
+    if args.ladder is not None and (not args.ladder or min(args.ladder) < 1):
+        parser.error("--ladder: one or more camera counts >= 1, e.g. 1,2,4")
+    if args.mix_cameras is not None and args.mix_cameras < 0:
+        parser.error("--mix-cameras: a count >= 1 (0: sized from the saturated rate)")
     return args
 
 

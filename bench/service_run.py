@@ -12,13 +12,18 @@ As a worker process (P4, the soak)::
 runs ``Service(..., once=False)`` (files loop) for ``S`` seconds, then stops it as SIGTERM
 would, and writes the pipeline counters, its start and stop times (``time.monotonic()``, the
 same clock in every process) and the frame-to-event latency of every event published before
-the stop to ``OUT``.
+the stop to ``OUT``. With ``--sample-every T [--triton-pid PID]`` (the capacity phases,
+bench/capacity.py) it also keeps a timeline: every ``T`` seconds each camera's counters, the
+in-flight window, the recognizer's stats, its own RSS and CPU and those of Triton's process
+tree; every answer's time at Triton (``PlateRecognizer.latency_observers``) and every event's
+camera and text, each with its ``time.monotonic()``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import logging
 import sys
@@ -28,10 +33,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psutil
 import yaml
 
-from bench.common import cpu_delta, self_cpu_s, tree_cpu_by_label
-from streamer.config import Settings, load_config
+from bench.common import cpu_delta, self_cpu_s, tree_cpu_by_label, tree_rss_by_label
+from streamer.config import CameraConfig, Settings, load_config
 from streamer.events import PlateEvent
 from streamer.service import Service
 
@@ -50,6 +56,7 @@ class RecordingSink:
         self.latencies_s: list[float] = []
         self.published_at: list[float] = []  # time.monotonic() of each event
         self.texts: list[str] = []
+        self.cameras: list[str] = []
         self.reasons: list[str] = []  # why each pass was reported (confident, max_delay, ...)
 
     async def publish(self, event: PlateEvent) -> None:
@@ -57,6 +64,7 @@ class RecordingSink:
         self.latencies_s.append(now - event.first_seen_monotonic)
         self.published_at.append(now)
         self.texts.append(event.text)
+        self.cameras.append(event.camera)
         self.reasons.append(event.reason)
 
     async def close(self) -> None:
@@ -73,6 +81,9 @@ class ServiceSpec:
     realtime: bool = False
     triton_extra: dict[str, Any] = field(default_factory=dict)
     events_extra: dict[str, Any] = field(default_factory=dict)
+    #: Merged into every camera; the motion gate is off unless this turns it on, so that every
+    #: sampled frame is inferred (the phases compare equal work; phase M and C gate).
+    camera_extra: dict[str, Any] = field(default_factory=dict)
 
 
 def _switched_off(section: str) -> dict[str, Any] | None:
@@ -86,6 +97,11 @@ def _switched_off(section: str) -> dict[str, Any] | None:
     return None
 
 
+def _gate_off() -> dict[str, Any]:
+    """``{"motion": {"enabled": False}}`` where cameras have a motion gate (on by default)."""
+    return {"motion": {"enabled": False}} if "motion" in CameraConfig.model_fields else {}
+
+
 def write_config(spec: ServiceSpec, folder: Path) -> Path:
     """A service config for ``spec`` in ``folder`` (events to a file there, no ports opened)."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -96,6 +112,8 @@ def write_config(spec: ServiceSpec, folder: Path) -> Path:
                 "url": str(clip.absolute()),
                 "sample_fps": spec.sample_fps,
                 "realtime": spec.realtime,
+                **_gate_off(),
+                **spec.camera_extra,
             }
             for i, clip in enumerate(spec.clips)
         ],
@@ -122,6 +140,7 @@ def _counters(service: Service) -> dict[str, Any]:
         "sampled": sum(c.source.stats.sampled for c in cams),
         "dropped_backpressure": sum(c.queue.dropped for c in cams),
         "plates": sum(c.pipeline.stats.plates for c in cams),
+        "skipped_no_motion": sum(c.source.stats.skipped_no_motion for c in cams),
         "events": service.events_emitted,
         "inference_latency_mean_s": _histogram_mean(service, "lpr_inference_latency_seconds"),
         "camera_errors": [c.source.stats.last_error for c in cams if c.source.stats.last_error],
@@ -180,9 +199,75 @@ def run_service(
             "triton_cpu_by_process_s": triton,
             "event_latency_s": recorder.latencies_s,
             "distinct_texts": len(set(recorder.texts)),
+            "event_texts": list(zip(recorder.cameras, recorder.texts, strict=True)),
         }
 
     return asyncio.run(main())
+
+
+# -- the timeline of a worker run (capacity phases) ------------------------------------------
+
+
+def _per_camera(service: Service) -> dict[str, dict[str, int]]:
+    """Each counter the capacity phases read, per camera."""
+    out: dict[str, dict[str, int]] = {}
+    for name, c in service.cameras.items():
+        out[name] = {
+            "answered": c.pipeline.stats.answered,
+            "sent": c.pipeline.stats.sent,
+            "failed": c.pipeline.stats.failed,
+            "superseded": c.pipeline.stats.superseded,
+            "decoded": c.source.stats.decoded,
+            "sampled": c.source.stats.sampled,
+            "skipped_no_motion": c.source.stats.skipped_no_motion,
+            "dropped": c.queue.dropped,
+        }
+    return out
+
+
+def _process_sample(triton_pid: int | None) -> dict[str, float]:
+    """RSS (MiB) and CPU s of this process and of Triton's tree (run in a thread)."""
+    me = psutil.Process()
+    rss = tree_rss_by_label(triton_pid)
+    return {
+        "rss_mib": me.memory_info().rss / 2**20,
+        "cpu_s": self_cpu_s(),
+        "triton_rss_mib": sum(rss.values()) / 2**20,
+        "triton_cpu_s": sum(tree_cpu_by_label(triton_pid).values()),
+    }
+
+
+async def _sample_timeline(
+    service: Service, every_s: float, triton_pid: int | None, timeline: list[dict[str, Any]]
+) -> None:
+    """Append a sample to ``timeline`` every ``every_s`` seconds until cancelled."""
+    while True:
+        processes = await asyncio.to_thread(_process_sample, triton_pid)
+        recognizer = service.recognizer
+        timeline.append(
+            {
+                "t": time.monotonic(),
+                **processes,
+                "cameras": _per_camera(service),
+                "window_limit": recognizer.scheduler.window.limit if recognizer else None,
+                "recognizer": dataclasses.asdict(recognizer.stats) if recognizer else {},
+            }
+        )
+        await asyncio.sleep(every_s)
+
+
+async def _observe_latency(service: Service, latencies: list[tuple[float, float]]) -> None:
+    """Record every answer's time at Triton, once the service has made its recognizer.
+
+    ``Service.run()`` makes it before the cameras start (there is nothing to wait on: poll).
+    """
+    while True:
+        if service.recognizer is not None:
+            break
+        await asyncio.sleep(0.01)
+    service.recognizer.latency_observers.append(
+        lambda seconds: latencies.append((time.monotonic(), seconds))
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -195,6 +280,10 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="compare Python allocations at 20 %% of the run with the end (slower)",
     )
+    parser.add_argument(
+        "--sample-every", type=float, default=0.0, help="timeline every S seconds (0: none)"
+    )
+    parser.add_argument("--triton-pid", type=int, help="Triton's pid, for its tree's RSS and CPU")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     settings = load_config(args.config)
@@ -202,6 +291,8 @@ def main(argv: list[str] | None = None) -> int:
     snapshots: list[tracemalloc.Snapshot] = []
     if args.tracemalloc:
         tracemalloc.start(TRACEMALLOC_FRAMES)
+    timeline: list[dict[str, Any]] = []
+    latencies: list[tuple[float, float]] = []
 
     async def run() -> dict[str, Any]:
         service = Service(settings, once=False)
@@ -211,7 +302,20 @@ def main(argv: list[str] | None = None) -> int:
             asyncio.get_running_loop().call_later(
                 args.duration * 0.2, lambda: snapshots.append(tracemalloc.take_snapshot())
             )
-        stopped = await _run(service, args.duration)
+        helpers = []
+        if args.sample_every > 0:
+            helpers = [
+                asyncio.create_task(_observe_latency(service, latencies)),
+                asyncio.create_task(
+                    _sample_timeline(service, args.sample_every, args.triton_pid, timeline)
+                ),
+            ]
+        try:
+            stopped = await _run(service, args.duration)
+        finally:
+            for task in helpers:
+                task.cancel()
+            await asyncio.gather(*helpers, return_exceptions=True)
         if args.tracemalloc:  # after the stop: the tracks flushed, what stays is what leaks
             snapshots.append(tracemalloc.take_snapshot())
         return {
@@ -219,6 +323,9 @@ def main(argv: list[str] | None = None) -> int:
             "wall_s": time.monotonic() - started,
             "started_monotonic": started,
             "stop_monotonic": stopped,
+            "recognizer": dataclasses.asdict(service.recognizer.stats)
+            if service.recognizer
+            else {},
         }
 
     result = asyncio.run(run())
@@ -230,6 +337,11 @@ def main(argv: list[str] | None = None) -> int:
     result["event_reasons"] = [reason for at, _, reason in pairs if at <= stop]
     result["flushed_at_stop"] = sum(1 for at, _, _ in pairs if at > stop)
     result["distinct_texts"] = len(set(recorder.texts))
+    if args.sample_every > 0:
+        result["timeline"] = timeline
+        result["latencies"] = latencies
+        columns = (recorder.published_at, recorder.cameras, recorder.texts, recorder.reasons)
+        result["event_log"] = list(zip(*columns, strict=True))
     if len(snapshots) == 2:
         growth = snapshots[1].compare_to(snapshots[0], "traceback")
         result["tracemalloc_growth"] = [

@@ -1,0 +1,256 @@
+"""The document's parts for the capacity phases (O, M, C, R): text, profile commands, plans.
+
+``bench/report.py`` calls :func:`sections` for the text under "Where the time goes" and looks
+missed figures up here through :func:`family` (``O4-rate`` -> ``O-rate``: one plan for every
+step of the ladder).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from bench.common import Figure
+
+_STEP = re.compile(r"^O\d+-")
+
+
+def family(key: str) -> str:
+    """``O16-p99`` -> ``O-p99``; ``R-openvino`` -> ``R``; other keys are their own family."""
+    if _STEP.match(key):
+        return _STEP.sub("O-", key)
+    if key.startswith("R-"):
+        return "R"
+    return key
+
+
+def _cameras(key: str) -> str:
+    return key[1:].split("-", 1)[0]
+
+
+def profile_target(figure: Figure, quick: bool) -> tuple[str, ...] | None:
+    """The ``bench.profile`` arguments for a missed capacity figure, or None."""
+    seconds = "10" if quick else "30"
+    if family(figure.key) in ("O-rate", "O-share", "O-p99"):
+        cameras = _cameras(figure.key)
+        return ("service", "--realtime", "--cameras", cameras, "--seconds", seconds)
+    if figure.key == "C-kept-up":
+        cameras = str(figure.extra.get("cameras", 4))
+        return ("service", "--realtime", "--motion", "--cameras", cameras, "--seconds", seconds)
+    return None
+
+
+PROFILE_COMMANDS: dict[str, list[str]] = {
+    "O-rate": [
+        "# the step's load (N real-time cameras at 5 fps) under py-spy, service and stubs",
+        ".venv/bin/python -m bench.profile service --realtime --cameras N --seconds 30",
+        "# the ingest alone: CPU per decoded frame (every frame is decoded, 1 in 3 kept)",
+        ".venv/bin/python -m bench.profile ingest",
+    ],
+    "O-share": [".venv/bin/python -m bench.profile service --realtime --cameras N --seconds 30"],
+    "O-p99": [
+        ".venv/bin/python -m bench.profile service --realtime --cameras N --seconds 30",
+        "# the window and the latencies of one step, sample by sample",
+        ".venv/bin/python -m bench --only O --ladder N --no-doc  # then raw.overload_ladder",
+    ],
+    "O-rss": [
+        "# the same step, longer: a leak keeps rising, a ramp levels off",
+        ".venv/bin/python -m bench --only O --ladder N --no-doc",
+        "py-spy dump --pid WORKER_PID  # what a thread is doing at a moment",
+    ],
+    "O-triton-rss": [".venv/bin/python -m bench --only O --ladder N --no-doc"],
+    "M": [
+        "# the gate's decisions on a clip, frame by frame (first / motion / stationary / skip)",
+        ".venv/bin/python -m streamer.motion CLIP",
+    ],
+    "C-kept-up": [
+        ".venv/bin/python -m bench.profile service --realtime --motion --cameras K --seconds 30",
+        ".venv/bin/python -m bench --only O,C --mix-cameras K --no-doc  # fewer cameras",
+    ],
+    "R": [".venv/bin/python -m bench.runtimes --rounds 5  # more rounds, its own JSON"],
+}
+
+PLANS: dict[str, str] = {
+    "O-rate": (
+        "Below saturation (5N under the saturated rate) a miss means frames were offered and "
+        "Triton had room, yet they were not answered: look at the step's failures and queue "
+        "drops; deadline failures there point at the window (O-p99). At and above "
+        "saturation the rate falls as N grows because every camera decodes every frame of "
+        "its 15 fps stream (the sampler keeps 1 in 3 after decoding): N x 15 x P3's CPU ms "
+        "per frame (16 cameras: about one of these 2 cores) is taken from the detector. "
+        "Plan, in order of gain: (1) let the decoder skip non-reference frames when a camera "
+        "samples a fraction of its frame rate (PyAV `codec_context.skip_frame = 'NONREF'`; on "
+        "this clip's B-frames 2 of 3 decodes), a small change in streamer/ingest.py; (2) a "
+        "camera substream at lower resolution or frame rate where the site has one; (3) one "
+        "decode thread per camera (`thread_type` SLICE or `thread_count 1`) when cameras "
+        "outnumber cores, so N decoders do not oversubscribe the cores; (4) hardware "
+        "decoding on the GPU target. The profile shows the decode threads' share."
+    ),
+    "O-share": (
+        "Compare each camera's frames queued with its frames answered (raw.overload_ladder "
+        "steps: answered_per_camera, and the cameras' sampled counts): if the queued counts "
+        "already differ, decode threads were starved of CPU and fell behind real time (the "
+        "unfairness is upstream of the scheduler: O-rate's plan); if they are equal and the "
+        "answers are not, the FairScheduler did not share the window by weight: reproduce "
+        "the arrival pattern in tests/streamer/test_scheduler.py."
+    ),
+    "O-p99": (
+        "Time at Triton is held near the no-load latency by the adaptive window (it shrinks "
+        "when the smoothed latency exceeds latency_tolerance x the no-load minimum). If the "
+        "step's p50 is near the unloaded time and only the p99 is far, the window's additive "
+        "increase overshoots between decreases: lower triton.latency_tolerance or "
+        "max_in_flight and rerun the step. If the p50 itself rose, each frame takes longer "
+        "because the cores are shared with the cameras' decoding: O-rate's plan, which no "
+        "window setting replaces."
+    ),
+    "O-rss": (
+        "A step measures 2 minutes after its warm-up; growth over 5 % there may still be the "
+        "ramp (decoder frame pools of each camera, the allocator's high-water mark with more "
+        "frames in flight). Run the step longer (`--only O --ladder N` with a longer "
+        "ladder_step_s) to tell a ramp from a leak, then tracemalloc as for P4 "
+        "(bench/service_run.py --tracemalloc); memory outside Python (FFmpeg's pools) shows "
+        "as RSS growth that tracemalloc does not see."
+    ),
+    "O-triton-rss": (
+        "Triton's tree serves the whole suite: growth inside a step is new batch shapes and "
+        "the stubs' allocators meeting more concurrent frames. If it keeps rising step after "
+        "step, see P4-triton's notes (MALLOC_ARENA_MAX=2 for the stubs, tracemalloc in the "
+        "BLS)."
+    ),
+    "M": (
+        "The gate sent more than 30 % of the frames: count its decisions on the clip "
+        "(`python -m streamer.motion`-style check, or camera.source.stats.skipped_no_motion). "
+        "A live track is re-read every stationary_interval_s (1 s) while nothing moves, by "
+        "design: a parked car in view keeps its track alive; noise above the threshold in "
+        "the still (encoder keyframes) or the camera's clock overlay changing each second "
+        "counts as motion: mask the overlay (cameras[].motion.mask) and raise "
+        "stationary_interval_s if re-reads dominate."
+    ),
+    "M-events": (
+        "With gating the vote saw fewer reads of a plate (frames skipped while the car stood "
+        "still) and came out differently. Compare both runs' events (reads, candidates: the "
+        "events file of each run) track by track; if the lost reads are those of a vehicle "
+        "standing between moves, lower stationary_interval_s; if a short pass lost its only "
+        "reads, lower motion.min_area or threshold."
+    ),
+    "C-kept-up": (
+        "K cameras were more than this machine serves at this mix: rerun with fewer "
+        "(`--mix-cameras`), or look at when the frames were lost: several cameras' vehicles "
+        "at once is a burst the cameras' queues absorb only by dropping frames."
+    ),
+    "R": (
+        "A runtime slower than TorchScript here: compare the server CPU per frame (less "
+        "sensitive to other load than frames/s); check that bf16 is native on this CPU "
+        "(AMX or AVX512-BF16, else it is emulated) and the OpenVINO thread settings per "
+        "instance against the instance count (2 threads per instance were slower than 1 "
+        "under load on 2 cores)."
+    ),
+}
+
+
+def sections(by_key: dict[str, Figure], figures: Sequence[Figure]) -> list[str]:
+    """Lines under "Where the time goes" for the capacity phases that ran."""
+    lines: list[str] = []
+    saturated, unloaded = by_key.get("O-saturated"), by_key.get("O-unloaded")
+    if saturated is not None:
+        sat = saturated.a[0] if saturated.a else None
+        unl = unloaded.a[0] if unloaded is not None and unloaded.a else None
+        lines.append(
+            f"- **O**, the overload ladder: saturated 1-camera rate {_num(sat)} frames/s, "
+            f"unloaded service time {_num(unl, 3)} s (both measured in this run, before the "
+            "ladder). Below saturation the bound of the answered rate is the offered rate "
+            "(N cameras x 5 fps: all of it should be answered); from the step where 5N exceeds "
+            "the saturated rate it is that rate, and the ladder shows what overload costs: "
+            "with the window keeping Triton's queue short and each camera's queue dropping "
+            "its oldest frame, answered frames/s should stay at saturation, shared evenly, at "
+            "a bounded time at Triton. Per step:"
+        )
+        lines += ["", *ladder_rows(list(figures)), ""]
+    m = by_key.get("M")
+    if m is not None:
+        events = by_key.get("M-events")
+        same = events is not None and events.verdict == "PASS"
+        lines.append(
+            f"- **M**, motion gating: {_num(m.ratio)} of the detector calls with the gate on "
+            "(a clip that is still most of the time, with no readable plate then); the events "
+            + ("are the same texts" if same else "DIFFER (see M-events)")
+            + " with and without it."
+        )
+    c = by_key.get("C")
+    if c is not None:
+        x = c.extra
+        if x.get("kept_up"):
+            text = (
+                f"{_num(c.ratio)} cameras per core: {x.get('cameras')} cameras kept "
+                f"{_num(x.get('cores_busy'))} cores busy, "
+                f"{_num(x.get('cpu_ms_per_camera_s'), 0)} CPU ms per camera-second "
+                "(the service process and Triton's tree)"
+            )
+        else:
+            text = f"{x.get('cameras')} cameras did not keep up, so no cameras-per-core figure"
+        lines.append(
+            f"- **C**, a realistic mix (a vehicle in view 20 % of the time, motion gating on, "
+            f"5 fps): {text}. Cameras per core = cameras / (CPU s used by the whole tree per "
+            "second), measured with every camera answered: how many such cameras a core "
+            "serves; it counts decoding every frame of every stream, which the gate does not "
+            "save."
+        )
+    runtimes = [f for f in figures if f.key.startswith("R-")]
+    if runtimes:
+        lines.append(
+            "- **R**, CPU runtimes, whole chain through Triton against TorchScript: "
+            + "; ".join(f"{f.key[2:]} {_num(f.ratio)}x" for f in runtimes)
+            + "."
+        )
+    return lines
+
+
+def ladder_rows(figures: list[Figure]) -> list[str]:
+    """A Markdown table of the ladder, one row per step, from the O figures alone."""
+    by_key = {f.key: f for f in figures}
+    rates = [f for f in figures if f.key.startswith("O") and f.key.endswith("-rate")]
+    if not rates:
+        return []
+    rows = [
+        "| cameras | offered f/s | answered f/s | bound | share min/max | p99 at Triton / "
+        "unloaded | RSS growth service / Triton | failed / late / timed out | window "
+        "| events (wrong text) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for rate in rates:
+        x = rate.extra
+        n = x.get("cameras", rate.key[1:].split("-")[0])
+        share = by_key.get(f"O{n}-share")
+        p99 = by_key.get(f"O{n}-p99")
+        rss, trss = by_key.get(f"O{n}-rss"), by_key.get(f"O{n}-triton-rss")
+        rows.append(
+            f"| {n} | {_num(x.get('offered_fps'), 0)} | {_num(rate.a[0] if rate.a else None)} | "
+            f"{_num(rate.b[0] if rate.b else None)} | {_num(share.ratio if share else 1.0)} | "
+            f"{_num(p99.ratio if p99 else None)} | {_num(rss.ratio if rss else None)} / "
+            f"{_num(trss.ratio if trss else None)} | {x.get('failed', '-')} / "
+            f"{x.get('late', '-')} / {x.get('timed_out', '-')} | "
+            f"{x.get('window_limit_median', '-')} | {x.get('events', '-')} "
+            f"({x.get('wrong_text_events', '-')}) |"
+        )
+    return rows
+
+
+def reproduce(full: dict[str, Any]) -> str:
+    """The capacity phases' part of the full plan's description (none in older results)."""
+    if "ladder" not in full:
+        return ""
+    ladder = ", ".join(str(n) for n in full.get("ladder", ()))
+    return (
+        f"O runs {ladder} real-time cameras for {full.get('ladder_step_s', 0):g} s each "
+        f"({full.get('ladder_warmup_s', 0):g} s warm-up left out) after two "
+        f"{full.get('ref_s', 0):g} s reference runs, each in a worker process "
+        f"(`python -m bench.service_run --sample-every`); M plays a clip with "
+        f"{full.get('motion_still_s', 0):g} s still stretches {full.get('motion_rounds')} "
+        f"times each way; C runs {full.get('mix_s', 0):g} s; R is bench/runtimes.py's "
+        "`suite_rows`, which serves each runtime from a Triton of its own."
+    )
+
+
+def _num(value: float | None, digits: int = 2) -> str:
+    return f"{value:.{digits}f}" if isinstance(value, int | float) else "-"
