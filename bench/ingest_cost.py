@@ -81,7 +81,13 @@ def _ingest(clip: Path, sample_fps: float) -> dict[str, Any]:
     async def run() -> dict[str, Any]:
         queue = FrameQueue(2, "wait")
         source = CameraSource(
-            "bench", str(clip), sample_fps=sample_fps, realtime=False, loop_file=False, queue=queue
+            "bench",
+            str(clip),
+            sample_fps=sample_fps,
+            realtime=False,
+            loop_file=False,
+            queue=queue,
+            skip_non_reference=False,  # every frame decoded, as ffmpeg does: the same work
         )
         cpu0, started = self_cpu_s(), time.perf_counter()
         source.start()

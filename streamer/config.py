@@ -273,6 +273,12 @@ class CameraConfig(_Section):
         description="Files only: play at the clip's own pace (true) or as fast as possible "
         "(false). Network streams always arrive in real time.",
     )
+    skip_non_reference_frames: bool = Field(
+        True,
+        description="When the stream has at least twice sample_fps, do not decode frames that "
+        "no other frame refers to (B-frames): less decode CPU; decoding every frame again when "
+        "the rest come slower than sample_fps.",
+    )
     weight: float = Field(
         1.0,
         gt=0,

