@@ -18,7 +18,7 @@ TRITON_ENV_SPEC ?= "numpy<2" torch==2.13.0 "opencv-python-headless<4.11" openvin
 TARGET ?= cpu
 # How the CPU target serves the detector, stn and lprnet: torchscript (torch in the Python
 # backend) or openvino (OpenVINO IR in the Python backend; CPU_PRECISION fp32 or bf16).
-CPU_RUNTIME ?= torchscript
+CPU_RUNTIME ?= openvino
 CPU_PRECISION ?= fp32
 ifeq ($(TARGET),cpu)
 BUILD_RUNTIME_ARGS := --runtime $(CPU_RUNTIME) --precision $(CPU_PRECISION)

@@ -5,8 +5,10 @@
 
 No Triton, no asyncio, no queues: decode -> sample (the service's slot rule) -> BGR ->
 letterbox -> detector -> decode head + NMS -> crops -> stn -> lprnet -> CTC, frame after frame,
-with ``plate_ops`` (the BLS's own pre/post-processing) and the TorchScript files of the model
-repository, ``torch.set_num_threads(threads)``.
+with ``plate_ops`` (the BLS's own pre/post-processing) and the models of the repository as
+it was built: TorchScript files with ``torch.set_num_threads(threads)``, or OpenVINO IR
+(``--runtime openvino``) compiled for the CPU with ``INFERENCE_NUM_THREADS = threads`` and the
+precision hint each model's config gives.
 
 Run by ``python -m bench`` in the Python environment the embedded Triton's models run in
 (``.venv-triton``: the same torch, numpy and OpenCV builds as inside Triton); ``--extra-site``
@@ -35,6 +37,60 @@ def cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+NAMES = ("detector", "stn", "lprnet")
+
+
+def _torchscript(args: argparse.Namespace) -> Any:
+    import numpy as np
+    import torch
+
+    models = {
+        name: torch.jit.load(str(args.repository / name / "1" / "model.pt"), map_location="cpu")
+        for name in NAMES
+    }
+    for module in models.values():
+        module.eval()
+
+    def forward(name: str, batch: Any) -> Any:
+        with torch.inference_mode():
+            out = models[name](torch.from_numpy(np.ascontiguousarray(batch, dtype=np.float32)))
+        if isinstance(out, (tuple, list)):
+            out = out[0]
+        return out.contiguous().numpy()
+
+    return forward
+
+
+def _openvino(args: argparse.Namespace) -> Any:
+    """The IR of each model, compiled as its Triton model compiles it (one stream)."""
+    import re
+
+    import numpy as np
+    import openvino as ov
+
+    core = ov.Core()
+    requests = {}
+    for name in NAMES:
+        config = (args.repository / name / "config.pbtxt").read_text()
+        hint = re.search(r'"INFERENCE_PRECISION_HINT", value: \{ string_value: "(\w+)"', config)
+        compiled = core.compile_model(
+            core.read_model(str(args.repository / name / "1" / "model.xml")),
+            "CPU",
+            {
+                "INFERENCE_NUM_THREADS": args.threads,
+                "INFERENCE_PRECISION_HINT": hint.group(1) if hint else "f32",
+                "NUM_STREAMS": 1,
+                "ENABLE_CPU_PINNING": False,
+            },
+        )
+        requests[name] = compiled.create_infer_request()
+
+    def forward(name: str, batch: Any) -> Any:
+        return requests[name].infer({0: np.ascontiguousarray(batch, dtype=np.float32)})[0]
+
+    return forward
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--clip", type=Path, required=True)
@@ -59,19 +115,12 @@ def main(argv: list[str] | None = None) -> int:
 
     params = load_params(args.repository)
     torch.set_num_threads(args.threads)
-    models = {
-        name: torch.jit.load(str(args.repository / name / "1" / "model.pt"), map_location="cpu")
-        for name in ("detector", "stn", "lprnet")
-    }
-    for module in models.values():
-        module.eval()
-
-    def forward(name: str, batch: Any) -> Any:
-        with torch.inference_mode():
-            out = models[name](torch.from_numpy(np.ascontiguousarray(batch, dtype=np.float32)))
-        if isinstance(out, (tuple, list)):
-            out = out[0]
-        return out.contiguous().numpy()
+    runtime = (
+        "openvino"
+        if (args.repository / "detector" / "1" / "model.xml").is_file()
+        else ("torchscript")
+    )
+    forward = _openvino(args) if runtime == "openvino" else _torchscript(args)
 
     infer_s = 0.0
 
@@ -144,6 +193,7 @@ def main(argv: list[str] | None = None) -> int:
             "infer_s": infer_s,
             "plates": plates,
             "distinct_texts": len(set(texts)),
+            "runtime": runtime,
             "torch": torch.__version__,
             "numpy": np.__version__,
             "torch_threads": torch.get_num_threads(),

@@ -16,8 +16,10 @@ from typing import Any
 BLS_MODEL = "plate_recognition"
 CALLEES = ("detector", "stn", "lprnet")
 _PARAMETER = re.compile(r'key:\s*"(\w+)",\s*value:\s*\{\s*string_value:\s*"([^"]*)"')
+# Threads per instance: ``torch_threads`` (TorchScript) or ``INFERENCE_NUM_THREADS`` (OpenVINO).
 _TORCH_THREADS = re.compile(
-    r'key:\s*"torch_threads"\s*value:\s*\{\s*string_value:\s*"(\d+)"', re.MULTILINE
+    r'key:\s*"(?:torch_threads|INFERENCE_NUM_THREADS)",?\s*value:\s*\{\s*string_value:\s*"(\d+)"',
+    re.MULTILINE,
 )
 _INSTANCE_COUNT = re.compile(r"instance_group\s*\[\s*\{\s*count:\s*(\d+)", re.MULTILINE)
 

@@ -34,7 +34,7 @@ PROFILE_COMMANDS: dict[str, list[str]] = {
 #: table (CPU per frame on each side) and in the profile.
 PLANS: dict[str, str] = {
     "P1": (
-        "The service and the bare loop run the same TorchScript models with the same thread "
+        "The service and the bare loop run the same models (the same runtime) with the same thread "
         "budget, so the gap is what the service adds per frame: the 6 MB BGR frame serialised "
         "into gRPC, copied into the BLS stub's shared memory, letterboxed there and passed on "
         "as an 11 MB FP32 tensor to the detector stub (another shared-memory copy), and the "

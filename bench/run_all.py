@@ -406,12 +406,13 @@ class Suite:
                         *common,
                         "service: Service(load_config(cfg), once=True) in-process, file camera "
                         "realtime: false, max_in_flight_per_camera 2, embedded Triton (started "
-                        "once by the bench; instances x torch threads: "
+                        "once by the bench; instances x threads: "
                         f"{self.params.describe()}); "
                         "frames/s = frames answered / wall time of Service.run()",
                         f"bare loop: one process, PyAV decode + {self.params.input_hw[0]}x"
-                        f"{self.params.input_hw[1]} letterbox + the three TorchScript models, "
-                        f"torch.set_num_threads({self.params.thread_budget}) (the same "
+                        f"{self.params.input_hw[1]} letterbox + the three models "
+                        f"({runs['bare'][0].get('runtime', 'torchscript')}, as the repository "
+                        f"was built), {self.params.thread_budget} threads (the same "
                         "budget), "
                         f"torch {runs['bare'][0].get('torch', '?')} / numpy "
                         f"{runs['bare'][0].get('numpy', '?')} (the Triton models' environment)",

@@ -445,6 +445,12 @@ def main(argv: list[str] | None = None) -> int:
     repository: Path = args.repository.absolute()
     if not (repository / "build_info.json").is_file():
         parser.error(f"{repository} is not built: run `make models`")
+    if not (repository / "detector" / "1" / "model.pt").is_file():
+        parser.error(
+            f"{repository} has no TorchScript files (built with --runtime openvino?); this "
+            "script times TorchScript: `python -m converters build --target cpu --runtime "
+            "torchscript --input-size 736x1280 --out DIR`, then --repository DIR"
+        )
 
     began = time.perf_counter()
     params = load_params(repository)

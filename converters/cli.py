@@ -125,9 +125,9 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument(
         "--runtime",
         choices=RUNTIMES,
-        default="torchscript",
-        help="how the detector, stn and lprnet are served: torchscript (default, cpu and "
-        "gpu), openvino (cpu: OpenVINO IR in the Python backend), onnx (gpu: onnxruntime_onnx)",
+        help="how the detector, stn and lprnet are served: openvino (cpu default: OpenVINO "
+        "IR in the Python backend), torchscript (gpu default: libtorch; cpu: torch in the "
+        "Python backend), onnx (gpu: onnxruntime_onnx)",
     )
     build.add_argument(
         "--precision",

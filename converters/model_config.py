@@ -47,6 +47,9 @@ TRT_CACHE_DIR = "/tmp/lpr-streamer-trt-cache"
 #: OpenVINO precision hints, by the names of the converter's ``--precision``.
 OPENVINO_HINTS = {"fp32": "f32", "bf16": "bf16"}
 RUNTIMES = ("torchscript", "openvino", "onnx")
+#: The runtime a target gets when none is asked for: on the CPU, OpenVINO reads the same texts
+#: as TorchScript with 1.18x less CPU per frame (bench.runtimes, docs/PERFORMANCE.md, R).
+DEFAULT_RUNTIMES = {"cpu": "openvino", "gpu": "torchscript"}
 PRECISIONS = ("fp32", "bf16", "fp16")
 
 
@@ -60,13 +63,14 @@ class Serving:
 
     @classmethod
     def resolve(
-        cls, target: str, runtime: str, precision: str | None, tensorrt: bool = False
+        cls, target: str, runtime: str | None, precision: str | None, tensorrt: bool = False
     ) -> Serving:
         """Check the combination for ``target``; ``precision`` None is the runtime's default.
 
         cpu: torchscript (fp32) or openvino (fp32, bf16); gpu: torchscript (fp32) or onnx
         (fp32; with the TensorRT accelerator fp16, the default, or fp32).
         """
+        runtime = runtime or DEFAULT_RUNTIMES.get(target, "torchscript")
         if (target, runtime) not in TEMPLATE_FILES:
             runtimes = [r for t, r in TEMPLATE_FILES if t == target]
             if not runtimes:

@@ -59,7 +59,7 @@ class BuildOptions:
     cpu_detector_instances: int = 2
     cpu_detector_threads: int = 1
     # How the tensor models are served: see model_config.Serving.resolve for the choices.
-    runtime: str = "torchscript"
+    runtime: str | None = None  # None: the target's default (model_config.DEFAULT_RUNTIMES)
     precision: str | None = None  # None: the runtime's default (fp32; fp16 with TensorRT)
     tensorrt: bool = False
     extra_info: dict[str, object] = field(default_factory=dict)

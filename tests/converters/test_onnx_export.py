@@ -201,7 +201,7 @@ def test_gpu_onnx_config_without_accelerator_and_in_fp32() -> None:
     [
         (["--runtime", "onnx"], "runtime 'onnx' is not available for target cpu"),
         (["--target", "gpu", "--runtime", "openvino"], "not available for target gpu"),
-        (["--precision", "bf16"], "precision 'bf16' is not available for torchscript"),
+        (["--runtime", "torchscript", "--precision", "bf16"], "not available for torchscript"),
         (["--runtime", "openvino", "--precision", "fp16"], "not available for openvino"),
         (["--tensorrt"], "the TensorRT accelerator needs --target gpu --runtime onnx"),
         (["--target", "gpu", "--runtime", "onnx", "--precision", "fp16"], "needs the TensorRT"),

@@ -60,7 +60,7 @@ def test_gpu_target_is_libtorch_with_dynamic_batching(tmp_path: Path) -> None:
 
 def test_cpu_target_is_python_backend_running_torchscript(tmp_path: Path) -> None:
     out = tmp_path / "cpu_repo"
-    assert main(["build", "--target", "cpu", "--out", str(out)]) == 0
+    assert main(["build", "--target", "cpu", "--runtime", "torchscript", "--out", str(out)]) == 0
     for name in ("detector", "stn", "lprnet"):
         config = load_config(out / name / "config.pbtxt")
         assert config.backend == "python" and not config.platform
@@ -79,7 +79,10 @@ def test_cpu_target_is_python_backend_running_torchscript(tmp_path: Path) -> Non
     # A rebuild replaces the previous one cleanly (no leftovers, no staging folders).
     options = ["--input-size", "640", "--cpu-detector-instances", "3"]
     options += ["--cpu-detector-threads", "2"]
-    assert main(["build", "--target", "cpu", "--out", str(out), *options]) == 0
+    assert (
+        main(["build", "--target", "cpu", "--runtime", "torchscript", "--out", str(out), *options])
+        == 0
+    )
     assert sorted(p.name for p in out.iterdir()) == sorted([*MODELS, "build_info.json"])
     assert not list(tmp_path.glob(".*building*"))
     detector_config = load_config(out / "detector" / "config.pbtxt")
