@@ -488,14 +488,15 @@ class TritonConfig(_Section):
         ge=1,
         le=1024,
         description="Upper bound of the adaptive window: frames of all cameras at this Triton "
-        "at once. The window itself is sized from measured latency.",
+        "at once. The window itself is sized from the measured answer rate and latency.",
     )
     latency_tolerance: float = Field(
         2.0,
         ge=1.0,
         le=10.0,
         description="The window shrinks while answers take longer than this many times the "
-        "no-load latency (a low quantile of recent answers), and grows while they do not.",
+        "no-load latency (the fastest answer of the last minute); it grows only while a "
+        "larger window buys throughput.",
     )
     embedded_startup_timeout_s: float = Field(
         300.0, gt=0, le=3600, description="Seconds the embedded Triton may take to load the models."

@@ -1,19 +1,22 @@
 """Which camera sends the next frame to Triton, and how many frames may be at Triton at once.
 
-Overload is normal: a CPU Triton serves about six 1080p frames a second, a site asks for
+Overload is normal: a CPU Triton serves about seven 1080p frames a second, a site asks for
 five per camera. Two parts keep Triton's queue short while every camera keeps getting answers:
 
 * :class:`AdaptiveWindow`: the number of frames in flight at one Triton endpoint (all cameras
-  together), sized from measured latency against its no-load minimum, in the manner of
-  Netflix's concurrency-limits (its AIMD and Gradient limiters). While the smoothed latency
-  of answers stays within ``tolerance`` times the no-load latency and the window is full,
-  the window grows by one per window of answers (additive increase); when latency exceeds
-  that, or a frame misses its deadline, it shrinks by ``backoff``, at most once per
-  round-trip (multiplicative decrease). The no-load latency is the minimum over the last
-  answers (a sliding minimum over ``baseline_horizon_s``): with the window bounding the
-  queue, some frames always find Triton idle, and a slower server is learnt within it.
-  On the embedded CPU Triton (two detector instances) it settles at 2-3 frames: both
-  instances busy, nothing queued; on a GPU it grows until batching stops paying.
+  together), sized from the measured answer rate and latency, in the manner of Netflix's
+  concurrency-limits (AIMD, Vegas). A frame in flight beyond what Triton runs in parallel only
+  waits: it adds latency and no throughput. So the window climbs only while that buys
+  throughput. While it is full, answers are counted in epochs; at the end of an epoch a
+  larger window is tried (a *probe*, +25 %, at least one frame), and a probe is kept only if
+  the answer rate rose by at least half as much as the window did; otherwise the window
+  goes back and the next probe waits (10 s, doubling up to 5 minutes while probes keep
+  failing, so that a window that fits costs almost nothing in probing). Independently, when
+  the smoothed latency exceeds ``tolerance`` times the no-load latency (the fastest answer
+  of the last minute), or a frame misses its deadline, the window shrinks by ``backoff``,
+  at most once per round-trip: Triton slowed down, or others load it. On the embedded CPU
+  Triton (two single-thread detector instances) it settles at 2; on a GPU it climbs as long
+  as batching pays.
 * :class:`FairScheduler`: permits for that window, given to the cameras that have a frame
   waiting in turn, by start-time fair queuing (each camera's share is proportional to its
   weight; a camera that was idle joins at the current virtual time, so it neither starves
@@ -33,9 +36,21 @@ import math
 import time
 from dataclasses import dataclass, field
 
+#: A probe tries this much more window (at least one frame) ...
+PROBE_STEP = 0.25
+#: ... and is kept when the answer rate grows by at least this share of the step.
+PROBE_PAYBACK = 0.5
+#: Answers per epoch, at least (and at least four windows' worth); a probe is judged sooner
+#: (it makes frames wait while it runs): after half as many.
+EPOCH_ANSWERS = 16
+PROBE_HOLD_S = (10.0, 300.0)  # wait after a failed probe: first, most
+
 
 class AdaptiveWindow:
-    """An in-flight limit adapted to latency (AIMD on a latency gradient). Not thread-safe."""
+    """An in-flight limit that grows while it buys throughput and shrinks on latency.
+
+    Not thread-safe (one event loop). ``now`` arguments are ``time.monotonic()`` seconds.
+    """
 
     def __init__(
         self,
@@ -60,16 +75,23 @@ class AdaptiveWindow:
         self.backoff = backoff
         self.smoothing = smoothing
         self.baseline_horizon_s = baseline_horizon_s
-        self._limit = float(min(max(initial, minimum), maximum))
+        self._limit = min(max(initial, minimum), maximum)
         # (time, latency) with increasing latencies: the sliding minimum over the horizon.
         self._minima: collections.deque[tuple[float, float]] = collections.deque()
         self._smoothed: float | None = None
         self._last_decrease = -math.inf
+        # The epoch: answers counted while the window was full, since when.
+        self._epoch_start: float | None = None
+        self._epoch_answers = 0
+        self._rates: dict[int, float] = {}  # answers/s measured at each limit (latest epoch)
+        self._probe_from: int | None = None  # the limit a running probe may return to
+        self._hold_until = -math.inf
+        self._hold_s = PROBE_HOLD_S[0]
 
     @property
     def limit(self) -> int:
         """Frames that may be in flight now (whole permits)."""
-        return max(self.minimum, int(self._limit))
+        return self._limit
 
     @property
     def no_load_latency_s(self) -> float | None:
@@ -96,19 +118,54 @@ class AdaptiveWindow:
         baseline = self.no_load_latency_s or latency_s
         if self._smoothed > self.tolerance * baseline:
             self._decrease(now)
-        elif in_flight >= self.limit:  # the window was the bound: more may help
-            self._limit = min(float(self.maximum), self._limit + 1.0 / self._limit)
+            return
+        if in_flight < self._limit:
+            # Demand, not the window, was the bound: this epoch says nothing about the window.
+            self._epoch_start, self._epoch_answers = None, 0
+            return
+        if self._epoch_start is None:
+            self._epoch_start = now
+            return
+        self._epoch_answers += 1
+        elapsed = now - self._epoch_start
+        needed = max(EPOCH_ANSWERS, 4 * self._limit)
+        if self._probe_from is not None:
+            needed //= 2
+        if self._epoch_answers < needed or elapsed <= 0:
+            return
+        self._rates[self._limit] = self._epoch_answers / elapsed
+        self._end_epoch(now)
 
     def on_overload(self, now: float | None = None) -> None:
         """A frame missed its deadline (or Triton refused it for load): shrink."""
         self._decrease(time.monotonic() if now is None else now)
+
+    def _end_epoch(self, now: float) -> None:
+        self._epoch_start, self._epoch_answers = now, 0
+        if self._probe_from is not None:  # judge the probe
+            start, self._probe_from = self._probe_from, None
+            before, after = self._rates.get(start), self._rates[self._limit]
+            grown = self._limit / start - 1.0
+            if before is not None and after < before * (1.0 + PROBE_PAYBACK * grown):
+                self._limit = start  # it only added waiting
+                self._hold_until = now + self._hold_s
+                self._hold_s = min(PROBE_HOLD_S[1], self._hold_s * 2)
+                return
+            self._hold_s = PROBE_HOLD_S[0]  # it paid: keep climbing
+        if now >= self._hold_until and self._limit < self.maximum:
+            self._probe_from = self._limit
+            step = max(1, round(self._limit * PROBE_STEP))
+            self._limit = min(self.maximum, self._limit + step)
 
     def _decrease(self, now: float) -> None:
         # At most once per round-trip: the answers of one crowded window are one signal.
         if now - self._last_decrease < (self._smoothed or 0.0):
             return
         self._last_decrease = now
-        self._limit = max(float(self.minimum), self._limit * self.backoff)
+        self._limit = max(self.minimum, min(self._limit - 1, int(self._limit * self.backoff)))
+        self._probe_from = None
+        self._epoch_start, self._epoch_answers = None, 0
+        self._hold_until = now + self._hold_s
 
 
 class Permit:
