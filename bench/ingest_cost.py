@@ -92,7 +92,8 @@ def _ingest(clip: Path, sample_fps: float) -> dict[str, Any]:
         cpu0, started = self_cpu_s(), time.perf_counter()
         source.start()
         received = 0
-        while await queue.get() is not None:
+        while (frame := await queue.get()) is not None:
+            frame.image  # noqa: B018 - the BGR conversion, as the service does for a sent frame
             received += 1
         await source.astop()
         wall, cpu = time.perf_counter() - started, self_cpu_s() - cpu0

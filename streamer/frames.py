@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -15,6 +17,12 @@ class Frame:
     camera reconnects or a file loops; ``index`` never does). ``wall_time`` is
     the UTC epoch time at decode and ``monotonic`` the ``time.monotonic()``
     then: staleness and latency use the latter.
+
+    ``pixels`` is the picture: an HxWx3 uint8 BGR array, or a decoded picture
+    (a PyAV ``VideoFrame``) that :attr:`image` converts to one on first use, in
+    whichever thread asks. Under overload most sampled frames are replaced by
+    newer ones before their turn at Triton; converted lazily, those never pay
+    for the 1080p BGR conversion (and wait in half the memory, as YUV).
     """
 
     camera: str
@@ -22,15 +30,33 @@ class Frame:
     pts_s: float
     wall_time: float
     monotonic: float
-    image: np.ndarray = field(repr=False)  # HxWx3 uint8, BGR
+    pixels: Any = field(repr=False)
+    _lock: threading.Lock = field(
+        default_factory=threading.Lock, init=False, repr=False, compare=False
+    )
+
+    @property
+    def image(self) -> np.ndarray:
+        """The picture as HxWx3 uint8 BGR (converted once, the first time it is asked for)."""
+        pixels = self.pixels
+        if isinstance(pixels, np.ndarray):
+            return pixels
+        with self._lock:
+            if not isinstance(self.pixels, np.ndarray):
+                # frozen: the one field that changes, from the picture to its BGR array
+                object.__setattr__(self, "pixels", self.pixels.to_ndarray(format="bgr24"))
+            image: np.ndarray = self.pixels
+            return image
 
     @property
     def height(self) -> int:
-        return int(self.image.shape[0])
+        pixels = self.pixels
+        return int(pixels.shape[0] if isinstance(pixels, np.ndarray) else pixels.height)
 
     @property
     def width(self) -> int:
-        return int(self.image.shape[1])
+        pixels = self.pixels
+        return int(pixels.shape[1] if isinstance(pixels, np.ndarray) else pixels.width)
 
 
 @dataclass(frozen=True, slots=True)

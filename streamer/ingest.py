@@ -187,7 +187,8 @@ class CameraSource:
     Sampling: a frame is kept when its stream time (``pts * time_base``; extrapolated from
     the previous frame at the stream rate when ``pts`` is missing) reaches the next slot of
     ``1 / sample_fps``; the first frame is always kept, and the slots restart when the stream
-    time jumps back (reconnect, file loop). Only kept frames are converted to BGR.
+    time jumps back (reconnect, file loop). Kept frames are queued as decoded; each is converted
+    to BGR only when something uses its image (``Frame.image``: the frames sent to Triton).
 
     ``motion_gate`` (optional; None sends every kept frame): after sampling and pacing, before
     the BGR conversion, the gate decides from a small grey image whether the frame is sent
@@ -657,7 +658,6 @@ class CameraSource:
             self._keep_preview(generation, frame, t)
             return
         wall_time, monotonic = time.time(), time.monotonic()
-        image = frame.to_ndarray(format="bgr24")
         with self._lock:
             if generation != self._generation:
                 return
@@ -669,7 +669,7 @@ class CameraSource:
             pts_s=t,
             wall_time=wall_time,
             monotonic=monotonic,
-            image=image,
+            pixels=frame,  # converted to BGR only if it is sent (Frame.image)
         )
         self._waiting = True
         try:

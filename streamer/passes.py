@@ -136,7 +136,7 @@ class _TrackState:
 
 
 def _without_image(frame: Frame) -> Frame:
-    return dataclasses.replace(frame, image=_NO_IMAGE)
+    return dataclasses.replace(frame, pixels=_NO_IMAGE)
 
 
 class PassDetector:

@@ -176,7 +176,7 @@ def test_a_missed_ladder_step_gets_its_familys_profile_and_plan() -> None:
     assert "### O4-rate:" in section and "### O2-p99:" in section
     assert "bench.profile service --realtime" in section
     assert section.count("Plan:") == 3  # O2-p99, O4-rate, O4-share
-    assert "skip_frame" in section  # the rate plan names its first lever
+    assert "substream" in section  # the rate plan names its next lever
     # the ladder's own table, one row per step
     rows = [line for line in doc.splitlines() if line.startswith("| 4 | 20 |")]
     assert len(rows) == 1 and "0.23" in rows[0]  # share 7 / 30

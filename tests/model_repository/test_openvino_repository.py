@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import queue
+import asyncio
 import shutil
 from pathlib import Path
 
@@ -10,13 +10,13 @@ import av
 import cv2
 import numpy as np
 import pytest
-import tritonclient.grpc as grpcclient
 
 from converters import assets
 from converters.onnx_export import cpu_supports_bf16
+from streamer.frames import Frame, PlateReading
+from streamer.inference import PlateRecognizer
 from streamer.triton_server import EmbeddedTriton, TritonStartError
 
-OUTPUTS = ("boxes", "det_scores", "texts", "text_scores")
 MIN_IOU = 0.99
 
 Plate = tuple[np.ndarray, float, str]
@@ -43,32 +43,25 @@ def _yard_frames(count: int = 120, step: int = 4) -> list[np.ndarray]:
 
 
 def _read(server: EmbeddedTriton, frames: list[np.ndarray]) -> list[list[Plate]]:
-    """Every frame through ``plate_recognition`` on one gRPC stream, answers by request id."""
-    answers: queue.Queue[tuple[grpcclient.InferResult | None, Exception | None]] = queue.Queue()
-    client = grpcclient.InferenceServerClient(server.grpc_url)
-    try:
-        client.start_stream(callback=lambda result, error: answers.put((result, error)))
-        for index, frame in enumerate(frames):
-            tensor = grpcclient.InferInput("image", list(frame.shape), "UINT8")
-            tensor.set_data_from_numpy(frame)
-            client.async_stream_infer(
-                "plate_recognition",
-                [tensor],
-                request_id=str(index),
-                outputs=[grpcclient.InferRequestedOutput(name) for name in OUTPUTS],
+    """Every frame through ``plate_recognition`` with the service's own stream client."""
+
+    async def read() -> list[tuple[PlateReading, ...]]:
+        recognizer = PlateRecognizer(server.grpc_url, request_timeout_s=240)
+        await recognizer.start()
+        try:
+            await recognizer.wait_ready(60)
+            return await asyncio.gather(
+                *(
+                    recognizer.recognise(Frame("test", i, i / 15, 0.0, 0.0, frame))
+                    for i, frame in enumerate(frames)
+                )
             )
-        by_id: dict[int, list[Plate]] = {}
-        for _ in frames:
-            result, error = answers.get(timeout=240)
-            assert error is None and result is not None, error
-            boxes, scores = result.as_numpy("boxes"), result.as_numpy("det_scores")
-            texts = [t.decode() for t in result.as_numpy("texts")]
-            rid = int(result.get_response().id)
-            by_id[rid] = [(boxes[i], float(scores[i]), texts[i]) for i in range(len(texts))]
-    finally:
-        client.stop_stream()
-        client.close()
-    return [by_id[i] for i in range(len(frames))]
+        finally:
+            await recognizer.close()
+
+    return [
+        [(np.array(p.box), p.det_score, p.text) for p in plates] for plates in asyncio.run(read())
+    ]
 
 
 def _iou(a: np.ndarray, b: np.ndarray) -> float:

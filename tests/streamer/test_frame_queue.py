@@ -20,7 +20,7 @@ def _frame(index: int) -> Frame:
         pts_s=index / 15,
         wall_time=time.time(),
         monotonic=time.monotonic(),
-        image=np.zeros((2, 2, 3), np.uint8),
+        pixels=np.zeros((2, 2, 3), np.uint8),
     )
 
 

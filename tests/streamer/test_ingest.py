@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 # tests/ is on sys.path: pytest puts the folder of tests/conftest.py there (no __init__.py).
+from footage import sample_times
 from rtsp_server import SYSTEM_PYTHON, RtspServer
 
 from converters import assets
@@ -59,18 +60,6 @@ def _cut(src: Path, dst: Path, seconds: float) -> None:
                 break
             packet.stream = stream_out
             out.mux(packet)
-
-
-def _expected_samples(path: Path, fps: float) -> list[float]:
-    """The stream times a sampler at ``fps`` keeps (a plain decode, slots from the first)."""
-    kept: list[float] = []
-    with av.open(str(path)) as container:
-        for frame in container.decode(video=0):
-            assert frame.pts is not None and frame.time_base is not None
-            t = float(frame.pts * frame.time_base)
-            if not kept or t >= kept[0] + len(kept) / fps - 1e-3:
-                kept.append(t)
-    return kept
 
 
 def _source(url: str | Path, queue: FrameQueue, **kwargs: object) -> CameraSource:
@@ -145,6 +134,9 @@ async def test_file_sampled_at_5_fps_gives_every_third_frame_as_bgr(clip: Path) 
     assert all(b > a for a, b in itertools.pairwise(pts))
     assert np.allclose(np.diff(pts), 0.2, atol=1e-3)
     first = frames[0]
+    # Queued as decoded: converted to BGR only when its image is asked for, then kept.
+    assert not isinstance(first.pixels, np.ndarray) and (first.width, first.height) == (1920, 1080)
+    assert first.image is first.image and isinstance(first.pixels, np.ndarray)
     assert first.image.shape == (1080, 1920, 3) and first.image.dtype == np.uint8
     assert (first.width, first.height, first.camera) == (1920, 1080, "cam")
     assert all(b.monotonic >= a.monotonic for a, b in itertools.pairwise(frames))
@@ -230,7 +222,7 @@ async def test_realtime_paces_by_pts(short_clip: Path) -> None:
     frames = await _drain(queue)
     elapsed = time.monotonic() - started
     await source.astop()
-    expected = _expected_samples(short_clip, 5)
+    expected = sample_times(short_clip, 5)
     assert [f.pts_s for f in frames] == pytest.approx(expected)
     span = expected[-1] - expected[0]  # about 2 s; as fast as possible takes about 0.2 s
     assert span >= 1.8
@@ -247,7 +239,7 @@ async def test_loop_file_repeats_with_increasing_index(
     source = _source(short_clip, queue, loop_file=True)
     stopper.append(source)
     source.start()
-    per_pass = len(_expected_samples(short_clip, 5))
+    per_pass = len(sample_times(short_clip, 5))
     count = 2 * per_pass + 5
     frames: list[Frame] = []
     async with asyncio.timeout(20):

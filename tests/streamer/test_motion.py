@@ -18,6 +18,7 @@ import av
 import cv2
 import numpy as np
 import pytest
+from footage import sample_times
 from prometheus_client import generate_latest
 
 from converters import assets
@@ -242,13 +243,7 @@ def frozen_then_moving(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _sample_times(path: Path, fps: float = 5) -> list[float]:
     """Stream times a sampler at ``fps`` keeps, relative to the first frame."""
-    kept: list[float] = []
-    with av.open(str(path)) as container:
-        for frame in container.decode(video=0):
-            assert frame.pts is not None and frame.time_base is not None
-            t = float(frame.pts * frame.time_base)
-            if not kept or t >= kept[0] + len(kept) / fps - 1e-3:
-                kept.append(t)
+    kept = sample_times(path, fps)
     return [round(t - kept[0], 3) for t in kept]
 
 
