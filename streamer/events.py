@@ -105,7 +105,8 @@ def crop_jpeg(image: np.ndarray, box: tuple[float, float, float, float], quality
 
 async def build_event(plate_pass: PlatePass, jpeg_quality: int) -> PlateEvent:
     best_frame, best = plate_pass.best_frame, plate_pass.best
-    jpeg = await asyncio.to_thread(crop_jpeg, best_frame.image, best.box, jpeg_quality)
+    # best_frame.image inside the thread: its BGR conversion must not run on the loop
+    jpeg = await asyncio.to_thread(lambda: crop_jpeg(best_frame.image, best.box, jpeg_quality))
     return PlateEvent(
         event_id=str(uuid.uuid4()),
         camera=plate_pass.camera,

@@ -202,7 +202,8 @@ class PlateRecognizer:
         loop = asyncio.get_running_loop()
         deadline = time.monotonic() + self.request_timeout_s
         try:
-            tensor = await asyncio.to_thread(_image_input, frame.image)
+            # frame.image inside the thread: its BGR conversion must not run on the loop
+            tensor = await asyncio.to_thread(_image_input, frame)
         except BaseException:
             permit.release()
             raise
@@ -401,7 +402,8 @@ class PlateRecognizer:
         request.future.set_exception(InferenceError(reason, "stream"))
 
 
-def _image_input(image: np.ndarray) -> InferInput:
+def _image_input(frame: Frame) -> InferInput:
+    image = frame.image
     tensor = InferInput("image", list(image.shape), "UINT8")
     tensor.set_data_from_numpy(np.ascontiguousarray(image))
     return tensor
