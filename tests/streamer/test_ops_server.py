@@ -67,8 +67,15 @@ async def test_metrics_move_during_a_run(tmp_path: Path, triton_server: Embedded
         assert service.ops is not None and service.ops.port is not None
         port = service.ops.port
         assert (await _get(port, "/healthz"))[0] == 200
-        await asyncio.sleep(3)
-        first = _samples((await _get(port, "/metrics"))[1])
+        # The first sample as soon as a frame went to Triton: the camera is then still
+        # decoding (a file camera waits on its bounded queue), so every counter must move.
+        # A fixed sleep is not enough: a fast machine decodes the whole clip in it.
+        first: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+        for _ in range(1200):
+            first = _samples((await _get(port, "/metrics"))[1])
+            if first.get(("lpr_frames_sent_total", (("camera", "yard"),)), 0) >= 1:
+                break
+            await asyncio.sleep(0.1)
         await _until(lambda: service.events_emitted >= 2 or runner.done())
         second = _samples((await _get(port, "/metrics"))[1])
     finally:
