@@ -48,6 +48,8 @@ from pydantic import (
 )
 from pydantic.fields import FieldInfo
 
+from streamer import evidence
+from streamer.known_plates import PLATE_ENTRY, KnownList, KnownPlates
 from streamer.plate_formats import RUSSIAN_FORMATS
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -174,6 +176,58 @@ def _resolve_path(value: str | Path, info: ValidationInfo) -> str:
     return os.path.normpath(os.path.join(os.fspath(base), path))
 
 
+def _check_known_entry(entry: str) -> str:
+    if not PLATE_ENTRY.fullmatch(entry):
+        _check_regex(entry)
+    return entry
+
+
+class KnownPlatesConfig(_Section):
+    """One labelled list of known plates (docs/events.md#known-plates)."""
+
+    plates: list[
+        Annotated[str, Field(min_length=1, max_length=200), AfterValidator(_check_known_entry)]
+    ] = Field(
+        min_length=1,
+        max_length=100_000,
+        description="Plates (only 0-9 and A-Z: matched within max_distance edits) or regular "
+        "expressions (anything else: matched whole, at distance 0).",
+    )
+    max_distance: int = Field(
+        1,
+        ge=0,
+        le=3,
+        description="Edits (a character changed, added or dropped) allowed between the "
+        "decided text and a plate of this list.",
+    )
+    snap: bool = Field(
+        False,
+        description="Report the known plate's text instead of the decided one when they "
+        "match within max_distance.",
+    )
+    alert: bool = Field(False, description='Mark events matching this list "alert": true.')
+
+    @model_validator(mode="before")
+    @classmethod
+    def _list_shorthand(cls, value: Any) -> Any:
+        return {"plates": value} if isinstance(value, list) else value
+
+
+def _check_known_labels(lists: dict[str, KnownPlatesConfig]) -> dict[str, KnownPlatesConfig]:
+    for label in lists:
+        if not _CAMERA_NAME.match(label):
+            raise ValueError(
+                f"label {label!r}: use 1-63 of a-z 0-9 _ -, starting with a letter or digit"
+            )
+    return lists
+
+
+#: ``known_plates:`` (global, or per camera): label -> list.
+KnownPlatesLists = Annotated[
+    dict[str, KnownPlatesConfig], AfterValidator(_check_known_labels), Field(max_length=100)
+]
+
+
 #: A mask polygon: 3 to 100 [x, y] points in frame pixels.
 MaskPolygon = tuple[tuple[Annotated[int, Field(ge=0)], Annotated[int, Field(ge=0)]], ...]
 
@@ -278,6 +332,17 @@ class CameraConfig(_Section):
         description="When the stream has at least twice sample_fps, do not decode frames that "
         "no other frame refers to (B-frames): less decode CPU; decoding every frame again when "
         "the rest come slower than sample_fps.",
+    )
+    known_plates: KnownPlatesLists = Field(
+        default_factory=dict,
+        description="This camera's own known-plate lists (label -> list), matched before the "
+        "global ones.",
+    )
+    decide: Literal["fast", "sure"] = Field(
+        "fast",
+        description="fast: report a pass at events.max_delay_s on what evidence there is, and "
+        "correct it later (plate.updated) if more evidence says otherwise; sure: report only "
+        "on confident evidence or when the plate leaves.",
     )
     weight: float = Field(
         1.0,
@@ -590,14 +655,17 @@ class EventsConfig(_Section):
         0.5, ge=0, le=1, description="Readings with a lower text score are not counted."
     )
     min_reads: int = Field(
-        2, ge=1, le=1000, description="Counted readings of a track before it may be reported."
+        2,
+        ge=1,
+        le=1000,
+        description="Readings exactly equal to a track's text before it may be reported.",
     )
     confident_reads: int = Field(
         10,
         ge=1,
         le=10_000,
-        description="Readings after which a track is reported at once if one text has "
-        "confident_share of them (>= min_reads).",
+        description="Pieces of evidence after which a track is reported at once if one text "
+        "has confident_share of them (>= min_reads).",
     )
     confident_share: float = Field(
         0.8, ge=0.5, le=1, description="Share of readings the winning text needs to report early."
@@ -606,8 +674,23 @@ class EventsConfig(_Section):
         2.0,
         ge=0,
         le=3600,
-        description="Seconds of stream time a track's readings must span before an early report: "
-        "consecutive frames repeat the same misread, so many reads in a short time prove little.",
+        description="Seconds of stream time a track's evidence must span before an early "
+        "report: consecutive frames repeat the same misread, so many reads in a short time "
+        "prove little.",
+    )
+    evidence_min_change: float = Field(
+        evidence.MIN_CHANGE,
+        ge=0,
+        le=255,
+        description="A reading is new evidence when the plate's crop changed by this mean "
+        "grey-level difference (0-255) since the track's last counted reading...",
+    )
+    evidence_min_shift: float = Field(
+        evidence.MIN_SHIFT,
+        ge=0,
+        le=10,
+        description="...or the plate moved by this fraction of its height; a still image "
+        "read again is not (0 and 0: every reading counts).",
     )
     max_delay_s: float = Field(
         6.0,
@@ -615,6 +698,11 @@ class EventsConfig(_Section):
         le=3600,
         description="Seconds after a track's first reading by which it is reported anyway "
         "(or when it ends, if sooner).",
+    )
+    updates: bool = Field(
+        True,
+        description="Report a correction (plate.updated, same event_id) when later evidence "
+        "changes a reported pass's text.",
     )
     dedup_window_s: float = Field(
         300.0,
@@ -928,6 +1016,11 @@ class Settings(_Section):
         description=MetricsConfig.__doc__,
     )
     log: LogConfig = Field(default_factory=LogConfig, description=LogConfig.__doc__)
+    known_plates: KnownPlatesLists = Field(
+        default_factory=dict,
+        description="Known-plate lists (label -> list of plates or patterns) every decided "
+        "text is matched against (docs/events.md#known-plates).",
+    )
     webhooks: list[WebhookTargetConfig] = Field(
         default_factory=list,
         max_length=32,
@@ -977,6 +1070,15 @@ class Settings(_Section):
                 f"metrics.port and web.port are both {web.port}: choose another port for one"
             )
         return metrics
+
+    def known_plates_for(self, camera: CameraConfig) -> KnownPlates:
+        """The camera's known-plate lists, then the global ones it does not override."""
+        lists = {**camera.known_plates}
+        lists.update({k: v for k, v in self.known_plates.items() if k not in lists})
+        return KnownPlates(
+            KnownList(label, tuple(c.plates), c.max_distance, c.snap, c.alert)
+            for label, c in lists.items()
+        )
 
     @property
     def enabled_cameras(self) -> tuple[CameraConfig, ...]:

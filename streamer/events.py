@@ -12,7 +12,6 @@ import asyncio
 import base64
 import json
 import sys
-import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -52,6 +51,7 @@ class PlateEvent:
     candidates: list[tuple[str, float]]
     track_id: int
     reads: int
+    evidence: int
     first_seen: Sighting
     last_seen: Sighting
     box: tuple[float, float, float, float]
@@ -59,18 +59,39 @@ class PlateEvent:
     reason: str
     #: ``time.monotonic()`` of the frame first seen: frame-to-event latency.
     first_seen_monotonic: float = field(repr=False, compare=False)
-    type: str = "plate"
+    #: 1 for a pass's first report, + 1 for each correction (``plate.updated``).
+    version: int = 1
+    #: The text a correction replaces (None for version 1).
+    previous_text: str | None = None
+    #: ``{"label", "plate", "distance"}`` of the known plate matched, if any.
+    match: dict[str, Any] | None = None
+    #: The matched list is marked ``alert: true``.
+    alert: bool = False
+    #: The vote's own text when ``text`` is the known plate it was snapped to.
+    voted_text: str | None = None
+
+    @property
+    def type(self) -> str:
+        return "plate" if self.version == 1 else "plate.updated"
+
+    @property
+    def message_id(self) -> str:
+        """This message's id (``webhook-id``, the outbox's key): the event id for the first
+        report, ``<event_id>.v<version>`` for a correction."""
+        return self.event_id if self.version == 1 else f"{self.event_id}.v{self.version}"
 
     def to_dict(self, include_crop: bool = True) -> dict[str, Any]:
         payload: dict[str, Any] = {
             "type": self.type,
             "event_id": self.event_id,
+            "version": self.version,
             "camera": self.camera,
             "text": self.text,
             "confidence": round(self.confidence, 4),
             "candidates": [{"text": t, "score": round(s, 4)} for t, s in self.candidates],
             "track_id": self.track_id,
             "reads": self.reads,
+            "evidence": self.evidence,
             "first_seen": {
                 "utc": self.first_seen.utc,
                 "stream_time_s": self.first_seen.stream_time_s,
@@ -82,6 +103,14 @@ class PlateEvent:
             "box": [round(v, 1) for v in self.box],
             "reason": self.reason,
         }
+        if self.previous_text is not None:
+            payload["previous_text"] = self.previous_text
+        if self.match is not None:
+            payload["match"] = dict(self.match)
+        if self.voted_text is not None:
+            payload["voted_text"] = self.voted_text
+        if self.alert:
+            payload["alert"] = True
         if include_crop:
             payload["crop_jpeg_base64"] = base64.b64encode(self.crop_jpeg).decode("ascii")
         return payload
@@ -108,19 +137,25 @@ async def build_event(plate_pass: PlatePass, jpeg_quality: int) -> PlateEvent:
     # best_frame.image inside the thread: its BGR conversion must not run on the loop
     jpeg = await asyncio.to_thread(lambda: crop_jpeg(best_frame.image, best.box, jpeg_quality))
     return PlateEvent(
-        event_id=str(uuid.uuid4()),
+        event_id=plate_pass.event_id,
         camera=plate_pass.camera,
         text=plate_pass.text,
         confidence=plate_pass.confidence,
         candidates=list(plate_pass.candidates),
         track_id=plate_pass.track_id,
         reads=plate_pass.reads,
+        evidence=plate_pass.evidence,
         first_seen=Sighting.of(plate_pass.first_seen),
         last_seen=Sighting.of(plate_pass.last_seen),
         box=best.box,
         crop_jpeg=jpeg,
         reason=plate_pass.reason,
         first_seen_monotonic=plate_pass.first_seen.monotonic,
+        version=plate_pass.version,
+        previous_text=plate_pass.previous_text,
+        match=plate_pass.match.to_dict() if plate_pass.match is not None else None,
+        alert=plate_pass.match is not None and plate_pass.match.alert,
+        voted_text=plate_pass.voted_text,
     )
 
 

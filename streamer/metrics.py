@@ -49,6 +49,12 @@ class Metrics:
         self.events = Counter(
             "lpr_events", "Plate events emitted (one per vehicle pass).", ["camera"], registry=r
         )
+        self.event_updates = Counter(
+            "lpr_event_updates",
+            "Corrections of reported plate events (plate.updated).",
+            ["camera"],
+            registry=r,
+        )
         self.triton_errors = Counter(
             "lpr_triton_errors",
             "Frames Triton did not answer, by kind (model, deadline, stream).",

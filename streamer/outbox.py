@@ -2,7 +2,9 @@
 
 One SQLite file in WAL mode holds two tables:
 
-* ``events``: one row per event (``event_id`` unique, ``seq`` the order it was
+* ``events``: one row per event message (``event_id`` unique: the message id,
+  ``PlateEvent.message_id``, which is the event id for a pass's first report and
+  ``<event_id>.v<version>`` for a correction; ``seq`` the order it was
   added in, camera, ``created_at``, the JSON payload without the crop, the crop
   JPEG as a BLOB, kept so it can be sent as base64 or served as a URL);
 * ``deliveries``: one row per event and target (primary key ``(event_id,
@@ -94,7 +96,7 @@ class OutboxError(Exception):
 class PendingDelivery:
     """An event due for delivery to one target (the oldest pending one of its camera)."""
 
-    event_id: str
+    event_id: str  # the message id (PlateEvent.message_id): the webhook-id
     camera: str
     seq: int
     created_at: float
@@ -312,7 +314,7 @@ class Outbox:
             cursor = conn.execute(
                 "INSERT OR IGNORE INTO events (event_id, camera, created_at, payload, crop) "
                 "VALUES (?, ?, ?, ?, ?)",
-                (event.event_id, event.camera, now, payload, crop),
+                (event.message_id, event.camera, now, payload, crop),
             )
             if cursor.rowcount == 0:
                 return False
@@ -320,7 +322,7 @@ class Outbox:
             conn.executemany(
                 "INSERT INTO deliveries (event_id, target, seq, camera, state, next_attempt_at) "
                 "VALUES (?, ?, ?, ?, 'pending', ?)",
-                [(event.event_id, target, seq, event.camera, now) for target in targets],
+                [(event.message_id, target, seq, event.camera, now) for target in targets],
             )
             return True
 

@@ -1,44 +1,57 @@
 """From per-frame plate reads of one camera to one decision per vehicle pass.
 
 ``PassDetector`` feeds each ``FrameResult`` into a ``PlateTracker``, gives
-every track a ``PlateVote`` and reports a track once, as a ``PlatePass``, at
-the first of:
+every track a ``PlateVote`` over its evidence (streamer/evidence.py: a read of
+a still image again is not new evidence) and reports a track once, as a
+``PlatePass``, at the first of:
 
-- ``confident``: the vote is valid, supported by ``confident_reads`` reads,
-  at least ``confident_share`` sure, and its reads span ``confident_span_s``;
-- ``max_delay``: ``max_delay_s`` have passed since the track was first seen;
+- ``confident``: the vote is valid, backed by ``confident_reads`` pieces of
+  evidence, at least ``confident_share`` sure, and its evidence spans
+  ``confident_span_s``;
+- ``max_delay`` (``decide: fast`` only): ``max_delay_s`` have passed since the
+  track was first seen, it has at least two pieces of evidence (a still image
+  alone, a car waiting at a barrier, is one: it is waited on until the car
+  moves or leaves) and no position of the vote is a tie;
 - ``track_ended``: the track was unseen for the tracker's buffer;
 - ``flush``: the stream ended (``flush()``) or its time went backwards;
 
 and only if the vote is then valid with at least ``min_reads`` reads equal to
-it. A track that does not qualify at ``max_delay_s`` is reported as soon as
-it does, or never. The same text is reported at most once per
-``dedup_window_s`` on this camera.
+it. The same text is reported at most once per ``dedup_window_s`` on this
+camera.
+
+With ``updates`` on, a reported track goes on collecting evidence; when its
+vote changes to another text that is confident, or that it ends on, the pass
+is reported again with the same ``event_id``, ``version`` + 1 and the text it
+replaces (``previous_text``): a correction. ``decide: sure`` reports only on
+``confident`` evidence or when the track ends, so it rarely needs one.
 
 Why ``confident_span_s``: consecutive frames are not independent evidence.
-A plate that is misread in one frame is usually misread the same way in the
-next ones (same pose, light and blur): the sample clip's parked car reads
-``C567AM76`` in 17 frames running at 15 fps before reading ``O567AM76`` for
-the next hundred. Ten agreeing reads take 0.7 s at 15 fps but 2 s at 5 fps;
-asking that the agreement also hold over a span of stream time makes an early
-decision mean the same at any frame rate.
+A moving plate misread in one frame is usually misread the same way in the
+next ones (same pose, light and blur). Asking that agreeing evidence also span
+stream time makes an early decision mean the same at any frame rate.
 
 Stream time is ``Frame.pts_s``, made monotonic per camera: when it jumps
 backwards (reconnect, file loop) every track is flushed and time continues
 from the last one, plus the decode-time (``Frame.monotonic``) gap between the
 two frames, so deduplication keeps working across the jump.
+
+Frames given to ``update`` must carry their image (``Frame.image``): the
+inference stage converted it, in a worker thread, before sending it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import uuid
 from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 
+from streamer import evidence
 from streamer.frames import Frame, FrameResult, PlateReading
+from streamer.known_plates import KnownPlates, Match
 from streamer.plate_formats import PlateFormats
 from streamer.tracker import PlateTracker, TrackerParams
 from streamer.vote import PlateVote, VoteResult
@@ -47,19 +60,30 @@ from streamer.vote import PlateVote, VoteResult
 _NO_IMAGE = np.zeros((0, 0, 3), dtype=np.uint8)
 _NO_IMAGE.flags.writeable = False
 
+#: Pieces of evidence a track needs before ``max_delay`` may report it.
+MAX_DELAY_MIN_EVIDENCE = 2
 
 #: Why a pass was reported (see the module docstring).
 PassReason = Literal["confident", "track_ended", "max_delay", "flush"]
+#: ``fast``: report at max_delay_s, correct later; ``sure``: wait for confidence or the end.
+Decide = Literal["fast", "sure"]
 
 
 @dataclass(frozen=True, slots=True)
 class TrackedPlate:
-    """A plate of the latest frame as the live view shows it."""
+    """A plate of the latest frame as the live view shows it.
+
+    ``text``: the track's decision (its reported text) or, before one, its vote when that is a
+    valid plate, else this frame's read; ``read``: this frame's read; ``decided``: ``text`` is
+    what was reported.
+    """
 
     box: tuple[float, float, float, float]
-    text: str  # the track's voted text when it is a valid plate, else this frame's read
+    text: str
     track_id: int | None  # None: not (yet) associated with a track
     confirmed: bool
+    read: str = ""
+    decided: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,11 +93,13 @@ class PassParams:
     ``min_reads``: reads exactly equal to the voted text needed to report at
     all; the guard against a consensus no frame showed. ``confident_reads`` /
     ``confident_share`` / ``confident_span_s``: an early report needs this
-    many reads within one edit of the text, this least per-position share, and
-    reads spanning this many stream seconds; higher means later but surer.
-    ``max_delay_s``: after this long since a track was first seen it is
-    reported as soon as it qualifies, confident or not. ``dedup_window_s``:
-    the same text is not reported twice on a camera within this many seconds.
+    many pieces of evidence within one edit of the text, this least
+    per-position share, and evidence spanning this many stream seconds; higher
+    means later but surer. ``max_delay_s``: after this long since a track was
+    first seen it is reported as soon as it qualifies (``decide: fast``).
+    ``dedup_window_s``: the same text is not reported twice on a camera within
+    this many seconds. ``updates``: report corrections. ``evidence_min_change`` /
+    ``evidence_min_shift``: when a read is new evidence (streamer/evidence.py).
     """
 
     min_reads: int = 2
@@ -82,6 +108,10 @@ class PassParams:
     confident_span_s: float = 2.0
     max_delay_s: float = 6.0
     dedup_window_s: float = 300.0
+    decide: Decide = "fast"
+    updates: bool = True
+    evidence_min_change: float = evidence.MIN_CHANGE
+    evidence_min_shift: float = evidence.MIN_SHIFT
 
     def __post_init__(self) -> None:
         if self.min_reads < 1:
@@ -94,12 +124,18 @@ class PassParams:
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0.0):
                 raise ValueError(f"{name} must be a finite number of seconds >= 0, got {value}")
+        if self.decide not in ("fast", "sure"):
+            raise ValueError(f"decide must be 'fast' or 'sure', got {self.decide!r}")
+        evidence.check(self.evidence_min_change, self.evidence_min_shift)
 
 
 @dataclass(frozen=True, slots=True)
 class PlatePass:
-    """One vehicle pass: the decision for one track.
+    """One vehicle pass: the decision for one track, or a correction of it.
 
+    ``event_id``: the pass's id, the same in its corrections; ``version``: 1 for the
+    first report, + 1 per correction; ``previous_text``: the text a correction replaces.
+    ``text`` is the vote's, or the known plate it matched when that list snaps.
     ``first_seen`` / ``last_seen``: the frames of the track's first and latest
     read when it was decided, without their pixels (``image`` is empty);
     ``best`` / ``best_frame``: the read with the highest ``text_score *
@@ -113,7 +149,8 @@ class PlatePass:
     confidence: float
     candidates: tuple[tuple[str, float], ...]
     reads: int
-    support: int
+    evidence: int
+    support: float
     exact: int
     first_seen: Frame
     last_seen: Frame
@@ -121,6 +158,20 @@ class PlatePass:
     best_frame: Frame
     reason: PassReason
     time_s: float
+    event_id: str
+    version: int = 1
+    previous_text: str | None = None
+    #: The known plate ``text`` matched (streamer/known_plates.py), if any.
+    match: Match | None = None
+    #: The vote's own text when ``text`` is a known plate snapped to (else None).
+    voted_text: str | None = None
+
+
+@dataclass(slots=True)
+class _Reported:
+    event_id: str
+    text: str
+    version: int
 
 
 @dataclass(slots=True)
@@ -133,6 +184,8 @@ class _TrackState:
     best_frame: Frame
     best_weight: float
     confirmed: bool = False
+    anchor: evidence.Sample | None = None  # the last read counted as new evidence
+    reported: _Reported | None = None
 
 
 def _without_image(frame: Frame) -> Frame:
@@ -143,7 +196,7 @@ class PassDetector:
     """Vehicle passes of one camera; feed it every processed frame in order.
 
     ``suppressed`` counts the passes not reported because the same text was
-    reported within ``dedup_window_s``.
+    reported within ``dedup_window_s``; ``corrections`` the updates reported.
     """
 
     def __init__(
@@ -153,16 +206,21 @@ class PassDetector:
         passes: PassParams | None = None,
         formats: PlateFormats | None = None,
         min_text_score: float = 0.5,
+        known: KnownPlates | None = None,
     ) -> None:
         self.camera = camera
+        self.known = known or KnownPlates()
         self.params = passes or PassParams()
         self.formats = formats or PlateFormats()
         self.min_text_score = min_text_score
         self.suppressed = 0
+        self.corrections = 0
         self.last_tracked: tuple[TrackedPlate, ...] = ()
         self._tracker = PlateTracker(tracker)
         self._tracks: dict[int, _TrackState] = {}
-        self._reported: set[int] = set()  # live tracks already decided
+        # Live tracks decided for good (their reads are ignored): tid -> the text reported
+        # (a duplicate suppressed: the text it duplicated).
+        self._done: dict[int, str] = {}
         self._last_text_t: dict[str, float] = {}  # text -> stream time it was last reported
         self._offset = 0.0  # stream time = pts_s + offset
         self._last: Frame | None = None
@@ -180,7 +238,7 @@ class PassDetector:
         return len(self._tracker.track_ids)
 
     def update(self, result: FrameResult) -> list[PlatePass]:
-        """Process one frame's reads; returns the passes decided at this frame."""
+        """Process one frame's reads; returns the passes decided (or corrected) at this frame."""
         frame = result.frame
         if frame.camera != self.camera:
             raise ValueError(
@@ -205,8 +263,9 @@ class PassDetector:
 
         for tid in update.dropped:
             self._tracks.pop(tid, None)
+            self._done.pop(tid, None)
         for det, tid in update.assignments:
-            if tid not in self._reported:
+            if tid not in self._done:
                 self._add_read(tid, frame, plates[det], t)
         for tid in update.confirmed:
             if tid in self._tracks:
@@ -222,33 +281,49 @@ class PassDetector:
             vote = state.vote.result()
             if vote is None or not self._qualifies(vote):
                 continue
-            if (
+            confident = (
                 vote.is_confident(p.confident_reads, p.confident_share)
                 and vote.last_t - vote.first_t >= p.confident_span_s
-            ):
+            )
+            if state.reported is not None:
+                if confident and self._decided(vote)[0] != state.reported.text:
+                    passes += self._correct(tid, vote, "confident", t)
+            elif confident:
                 passes += self._report(tid, vote, "confident", t)
-                self._reported.add(tid)
-            elif t - state.first_t >= p.max_delay_s:
+            elif (
+                p.decide == "fast"
+                and t - state.first_t >= p.max_delay_s
+                and vote.evidence >= MAX_DELAY_MIN_EVIDENCE
+                and vote.confidence > 0.5  # a tie is no decision: wait for more evidence
+            ):
                 passes += self._report(tid, vote, "max_delay", t)
-                self._reported.add(tid)
         return passes
 
     def _label(
         self, plates: tuple[PlateReading, ...], track_of: dict[int, int]
     ) -> tuple[TrackedPlate, ...]:
-        """What the live view draws: each plate with its track and the track's voted text."""
+        """What the live view draws: each plate with its track and the track's text."""
         labelled = []
         for i, plate in enumerate(plates):
             tid = track_of.get(i)
             state = self._tracks.get(tid) if tid is not None else None
             vote = state.vote.result() if state is not None else None
-            text = vote.text if vote is not None and vote.valid else plate.text
-            confirmed = state is not None and state.confirmed
-            labelled.append(TrackedPlate(plate.box, text, tid, confirmed))
+            done = self._done.get(tid) if tid is not None else None
+            decided = done is not None or (state is not None and state.reported is not None)
+            if done is not None:
+                text = done
+            elif state is not None and state.reported is not None:
+                text = state.reported.text
+            elif vote is not None and vote.valid:
+                text = vote.text
+            else:
+                text = plate.text
+            confirmed = done is not None or (state is not None and state.confirmed)
+            labelled.append(TrackedPlate(plate.box, text, tid, confirmed, plate.text, decided))
         return tuple(labelled)
 
     def flush(self) -> list[PlatePass]:
-        """End of stream: end every track and report those that qualify."""
+        """End of stream: end every track and report (or correct) those that qualify."""
         return self._end_all("flush")
 
     def _end_all(self, reason: PassReason) -> list[PlatePass]:
@@ -256,7 +331,7 @@ class PassDetector:
         for tid in self._tracker.flush():
             passes += self._end(tid, reason, self._t)
         self._tracks.clear()
-        self._reported.clear()
+        self._done.clear()
         return passes
 
     def _add_read(self, tid: int, frame: Frame, plate: PlateReading, t: float) -> None:
@@ -274,7 +349,14 @@ class PassDetector:
             self._tracks[tid] = state
         else:
             state.last_seen = _without_image(frame)
-        if state.vote.add(plate.text, plate.text_score, plate.det_score, t):
+        p = self.params
+        image = frame.image
+        new = evidence.is_new(
+            state.anchor, image, plate.box, p.evidence_min_change, p.evidence_min_shift
+        )
+        if state.vote.add(plate.text, plate.text_score, plate.det_score, t, new=new):
+            if new:
+                state.anchor = evidence.Sample.of(image, plate.box)
             # The best read is one the vote kept: any kept read beats the ones it ignored.
             weight = plate.text_score * plate.det_score
             if weight > state.best_weight:
@@ -284,40 +366,95 @@ class PassDetector:
         return vote.valid and vote.exact >= self.params.min_reads
 
     def _end(self, tid: int, reason: PassReason, t: float) -> list[PlatePass]:
-        self._reported.discard(tid)
+        self._done.pop(tid, None)
         state = self._tracks.get(tid)
         if state is None:
             return []
         vote = state.vote.result()
-        if vote is None or not self._qualifies(vote):
-            del self._tracks[tid]
-            return []
-        return self._report(tid, vote, reason, t)
+        passes: list[PlatePass] = []
+        if vote is not None and self._qualifies(vote):
+            if state.reported is None:
+                passes = self._report(tid, vote, reason, t)
+            elif self._decided(vote)[0] != state.reported.text:
+                passes = self._correct(tid, vote, reason, t)
+        self._tracks.pop(tid, None)
+        return passes
+
+    def _finish(self, tid: int, text: str) -> None:
+        """The track is decided for good (as ``text``): forget it, ignore its reads until it
+        ends."""
+        self._tracks.pop(tid, None)
+        self._done[tid] = text
+
+    def _decided(self, vote: VoteResult) -> tuple[str, Match | None]:
+        """The text to report for ``vote``, and the known plate it matched."""
+        match = self.known.match(vote.text) if self.known else None
+        return (match.plate if match is not None and match.snap else vote.text), match
 
     def _report(self, tid: int, vote: VoteResult, reason: PassReason, t: float) -> list[PlatePass]:
-        state = self._tracks.pop(tid)
+        state = self._tracks[tid]
+        text, match = self._decided(vote)
         window = self.params.dedup_window_s
-        last = self._last_text_t.get(vote.text)
+        last = self._last_text_t.get(text)
         if last is not None and t - last < window:
             self.suppressed += 1
+            self._finish(tid, text)
             return []
+        self._remember(text, t)
+        reported = _Reported(str(uuid.uuid4()), text, 1)
+        plate_pass = self._pass(tid, state, vote, reason, t, reported, None, match)
+        if self.params.updates:
+            state.reported = reported
+        else:
+            self._finish(tid, text)
+        return [plate_pass]
+
+    def _correct(self, tid: int, vote: VoteResult, reason: PassReason, t: float) -> list[PlatePass]:
+        state = self._tracks[tid]
+        reported = state.reported
+        assert reported is not None
+        text, match = self._decided(vote)
+        previous = reported.text
+        reported.text, reported.version = text, reported.version + 1
+        self._remember(text, t)
+        self.corrections += 1
+        return [self._pass(tid, state, vote, reason, t, reported, previous, match)]
+
+    def _remember(self, text: str, t: float) -> None:
+        window = self.params.dedup_window_s
         self._last_text_t = {s: v for s, v in self._last_text_t.items() if t - v < window}
-        self._last_text_t[vote.text] = t
-        return [
-            PlatePass(
-                camera=self.camera,
-                track_id=tid,
-                text=vote.text,
-                confidence=vote.confidence,
-                candidates=vote.candidates,
-                reads=vote.reads,
-                support=vote.support,
-                exact=vote.exact,
-                first_seen=state.first_seen,
-                last_seen=state.last_seen,
-                best=state.best,
-                best_frame=state.best_frame,
-                reason=reason,
-                time_s=t,
-            )
-        ]
+        self._last_text_t[text] = t
+
+    def _pass(
+        self,
+        tid: int,
+        state: _TrackState,
+        vote: VoteResult,
+        reason: PassReason,
+        t: float,
+        reported: _Reported,
+        previous_text: str | None,
+        match: Match | None,
+    ) -> PlatePass:
+        return PlatePass(
+            camera=self.camera,
+            track_id=tid,
+            text=reported.text,
+            confidence=vote.confidence,
+            candidates=vote.candidates,
+            reads=vote.reads,
+            evidence=vote.evidence,
+            support=vote.support,
+            exact=vote.exact,
+            first_seen=state.first_seen,
+            last_seen=state.last_seen,
+            best=state.best,
+            best_frame=state.best_frame,
+            reason=reason,
+            time_s=t,
+            event_id=reported.event_id,
+            version=reported.version,
+            previous_text=previous_text,
+            match=match,
+            voted_text=vote.text if reported.text != vote.text else None,
+        )

@@ -52,7 +52,8 @@ class Camera:
 
 @dataclass
 class EventLog:
-    """Recent events kept in memory for the API and tests (bounded)."""
+    """Recent event messages kept in memory for the API and tests (bounded): a pass's first
+    report and its corrections, oldest first."""
 
     limit: int = 200
     events: list[PlateEvent] = field(default_factory=list)
@@ -60,6 +61,17 @@ class EventLog:
     def add(self, event: PlateEvent) -> None:
         self.events.append(event)
         del self.events[: -self.limit]
+
+    def latest(self) -> list[PlateEvent]:
+        """The newest version of each pass, ordered by when that version came."""
+        newest = {e.event_id: e for e in self.events}
+        return [e for e in self.events if newest[e.event_id] is e]
+
+    def find(self, message_id: str) -> PlateEvent | None:
+        """A message by its id; a bare event id gives the pass's newest version."""
+        return next(
+            (e for e in reversed(self.events) if message_id in (e.message_id, e.event_id)), None
+        )
 
 
 class Service:
@@ -71,7 +83,8 @@ class Service:
         self.sinks: list[EventSink] = []
         self.cameras: dict[str, Camera] = {}
         self.recent = EventLog()
-        self.events_emitted = 0
+        self.events_emitted = 0  # passes reported (version 1)
+        self.updates_emitted = 0  # corrections (plate.updated)
         self.metrics = Metrics()
         self.metrics.add_collector(self._collect_state)
         self.ops: OpsServer | None = None
@@ -178,9 +191,13 @@ class Service:
         passes = PassDetector(
             config.name,
             TrackerParams(**self.settings.tracker.model_dump()),
-            PassParams(**events.model_dump(include={f.name for f in fields(PassParams)})),
+            PassParams(
+                **events.model_dump(include={f.name for f in fields(PassParams)}),
+                decide=config.decide,
+            ),
             PlateFormats(events.plate_formats),
             events.min_text_score,
+            self.settings.known_plates_for(config),
         )
         pipeline = CameraPipeline(
             config.name,
@@ -200,22 +217,41 @@ class Service:
         for plate_pass in passes:
             event = await build_event(plate_pass, self.settings.events.crop_jpeg_quality)
             async with self._event_lock:  # one event at a time, in order, to every sink
-                self.events_emitted += 1
-                self.metrics.events.labels(event.camera).inc()
-                self.metrics.frame_to_event_latency.labels(event.camera).observe(
-                    time.monotonic() - event.first_seen_monotonic
-                )
+                after_s = time.monotonic() - event.first_seen_monotonic
+                if event.version == 1:
+                    self.events_emitted += 1
+                    self.metrics.events.labels(event.camera).inc()
+                    self.metrics.frame_to_event_latency.labels(event.camera).observe(after_s)
+                    LOG.info(
+                        "event %s: %s on %s (track %d, %d reads, %d pieces of evidence, %s, "
+                        "%.1f s after first seen)",
+                        event.event_id,
+                        event.text,
+                        event.camera,
+                        event.track_id,
+                        event.reads,
+                        event.evidence,
+                        event.reason,
+                        after_s,
+                    )
+                else:
+                    self.updates_emitted += 1
+                    self.metrics.event_updates.labels(event.camera).inc()
+                    LOG.info(
+                        "event %s v%d: %s corrected to %s on %s (track %d, %d reads, "
+                        "%d pieces of evidence, %s, %.1f s after first seen)",
+                        event.event_id,
+                        event.version,
+                        event.previous_text,
+                        event.text,
+                        event.camera,
+                        event.track_id,
+                        event.reads,
+                        event.evidence,
+                        event.reason,
+                        after_s,
+                    )
                 self.recent.add(event)
-                LOG.info(
-                    "event %s: %s on %s (track %d, %d reads, %s, %.1f s after first seen)",
-                    event.event_id,
-                    event.text,
-                    event.camera,
-                    event.track_id,
-                    event.reads,
-                    event.reason,
-                    time.monotonic() - event.first_seen_monotonic,
-                )
                 for sink in self.sinks:
                     try:
                         await sink.publish(event)
@@ -225,7 +261,7 @@ class Service:
                         LOG.exception(
                             "sink %s could not take event %s: %s",
                             sink.name,
-                            event.event_id,
+                            event.message_id,
                             json.dumps(event.to_dict(include_crop=False)),
                         )
 
@@ -266,10 +302,10 @@ class Service:
         return Snapshot(frame, entry.pipeline.passes.last_tracked)
 
     def recent_events(self) -> list[PlateEvent]:
-        return list(self.recent.events)
+        return self.recent.latest()
 
     def event(self, event_id: str) -> PlateEvent | None:
-        return next((e for e in self.recent.events if e.event_id == event_id), None)
+        return self.recent.find(event_id)
 
     def readiness(self) -> tuple[bool, dict[str, object]]:
         """Ready when the Triton stream is open (model ready) and every sink is healthy."""

@@ -1,9 +1,16 @@
-"""The text of one tracked plate, voted over the reads of its frames.
+"""The text of one tracked plate, voted over its evidence.
 
-Each read weighs ``text_score * det_score``. The vote first picks the string
-length with the most weight, then votes every character position separately
-over the reads of that length: the consensus is the winning character of each
-position, and its confidence the smallest share a winning character had.
+Reads come in pieces of evidence (streamer/evidence.py): a read of a new image
+starts one, a read of the same still image again joins the current one. Each
+piece weighs as its best read (``text_score * det_score``), however many reads
+it holds, and shares that weight among its texts in proportion to their reads'
+weights. A car waiting ten seconds at a barrier is then one piece of evidence,
+not fifty votes for whatever its still image happens to be misread as.
+
+The vote first picks the string length with the most weight, then votes every
+character position separately over the texts of that length: the consensus is
+the winning character of each position, and its confidence the smallest share
+a winning character had.
 
 Why per position: a plate read over many frames is often misread in a
 different place in each frame (``Y836XH7Y``, ``Y83CXO76``, ``YY36XH76``):
@@ -19,18 +26,18 @@ plate, the heaviest valid string that was actually read is taken instead.
 
 from __future__ import annotations
 
-import heapq
-import itertools
 import math
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from rapidfuzz.distance import Levenshtein
 
 from streamer.plate_formats import PlateFormats
 
-#: Reads kept per track; beyond that the lowest-weight read is dropped.
-MAX_READS = 200
+#: Pieces of evidence kept per track; beyond that the lightest one is dropped.
+MAX_EVIDENCE = 200
+#: Distinct texts kept per piece of evidence; beyond that the lightest one is dropped.
+MAX_TEXTS_PER_EVIDENCE = 16
 #: Distinct strings listed in ``VoteResult.candidates``.
 CANDIDATES = 5
 
@@ -41,17 +48,19 @@ class VoteResult:
 
     ``confidence`` (0..1): for a consensus, the smallest per-position share
     of the winning character; for a fallback string, its share of the total
-    weight. ``reads``: reads in the vote; ``support``: reads within
-    Levenshtein distance 1 of ``text``; ``exact``: reads equal to it.
-    ``candidates``: the heaviest distinct strings read, with their share of
-    the total weight. ``first_t`` / ``last_t``: stream times of the first and
-    latest accepted read.
+    weight. ``reads``: reads in the vote; ``evidence``: the pieces of evidence
+    they make; ``support``: evidence for ``text``, each piece counting the share
+    of its weight that reads within Levenshtein distance 1 of ``text`` have;
+    ``exact``: reads equal to ``text``. ``candidates``: the heaviest distinct
+    strings read, with their share of the total weight. ``first_t`` / ``last_t``:
+    stream times of the first and the latest piece of evidence.
     """
 
     text: str
     confidence: float
     reads: int
-    support: int
+    evidence: int
+    support: float
     exact: int
     candidates: tuple[tuple[str, float], ...]
     valid: bool
@@ -59,8 +68,39 @@ class VoteResult:
     last_t: float
 
     def is_confident(self, confident_reads: int, confident_share: float) -> bool:
-        """Valid, supported by ``confident_reads`` reads and at least ``confident_share`` sure."""
-        return self.valid and self.support >= confident_reads and self.confidence >= confident_share
+        """Valid, backed by ``confident_reads`` pieces of evidence, ``confident_share`` sure."""
+        return (
+            self.valid
+            and self.support >= confident_reads - 1e-9
+            and self.confidence >= confident_share
+        )
+
+
+@dataclass(slots=True)
+class _Evidence:
+    """The reads of one image: their summed weight and count per text."""
+
+    t: float  # stream time of its first read
+    weight: float = 0.0  # its best read's weight: what the piece weighs in the vote
+    texts: dict[str, float] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def add(self, text: str, weight: float) -> None:
+        if text not in self.texts and len(self.texts) >= MAX_TEXTS_PER_EVIDENCE:
+            lightest = min(self.texts, key=self.texts.__getitem__)
+            if self.texts[lightest] >= weight:
+                return
+            del self.texts[lightest], self.counts[lightest]
+        self.texts[text] = self.texts.get(text, 0.0) + weight
+        self.counts[text] = self.counts.get(text, 0) + 1
+        self.weight = max(self.weight, weight)
+
+    def shares(self) -> list[tuple[str, float]]:
+        """Each text with its share of this piece's reads' weight (sums to 1)."""
+        total = sum(self.texts.values())
+        if total <= 0.0:
+            return [(text, 1.0 / len(self.texts)) for text in self.texts]
+        return [(text, w / total) for text, w in self.texts.items()]
 
 
 def _within_one(a: str, b: str) -> bool:
@@ -74,28 +114,35 @@ class PlateVote:
         self,
         formats: PlateFormats,
         min_text_score: float = 0.5,
-        max_reads: int = MAX_READS,
+        max_evidence: int = MAX_EVIDENCE,
     ) -> None:
         if not 0.0 <= min_text_score <= 1.0:
             raise ValueError(f"min_text_score must be in [0, 1], got {min_text_score}")
-        if max_reads < 1:
-            raise ValueError(f"max_reads must be >= 1, got {max_reads}")
+        if max_evidence < 1:
+            raise ValueError(f"max_evidence must be >= 1, got {max_evidence}")
         self.formats = formats
         self.min_text_score = min_text_score
-        self.max_reads = max_reads
-        # Min-heap on weight, so the lightest read is the one dropped; seq keeps arrival order.
-        self._reads: list[tuple[float, int, str]] = []
-        self._seq = itertools.count()
+        self.max_evidence = max_evidence
+        self._evidence: list[_Evidence] = []  # in arrival order
+        self._reads = 0
         self._first_t: float | None = None
-        self._last_t: float | None = None
         self._result: VoteResult | None = None
         self._stale = False
 
     def __len__(self) -> int:
-        return len(self._reads)
+        """Reads in the vote."""
+        return self._reads
 
-    def add(self, text: str, text_score: float, det_score: float, t: float) -> bool:
-        """Add one read; returns whether it was kept (empty or low-score reads are not)."""
+    @property
+    def evidence(self) -> int:
+        """Pieces of evidence in the vote."""
+        return len(self._evidence)
+
+    def add(
+        self, text: str, text_score: float, det_score: float, t: float, *, new: bool = True
+    ) -> bool:
+        """Add one read; ``new``: its image is new evidence (else it joins the latest piece).
+        Returns whether it was kept (empty or low-score reads are not)."""
         if not (math.isfinite(text_score) and math.isfinite(det_score) and math.isfinite(t)):
             raise ValueError(
                 f"scores and time must be finite, got text_score={text_score}, "
@@ -107,19 +154,20 @@ class PlateVote:
             )
         if not text or text_score < self.min_text_score:
             return False
-        read = (text_score * det_score, next(self._seq), text)
-        if len(self._reads) < self.max_reads:
-            heapq.heappush(self._reads, read)
-        else:
-            heapq.heappushpop(self._reads, read)
+        if new or not self._evidence:
+            if len(self._evidence) >= self.max_evidence:
+                lightest = min(range(len(self._evidence)), key=lambda i: self._evidence[i].weight)
+                del self._evidence[lightest]
+            self._evidence.append(_Evidence(t))
+        self._evidence[-1].add(text, text_score * det_score)
+        self._reads += 1
         self._first_t = t if self._first_t is None else min(self._first_t, t)
-        self._last_t = t if self._last_t is None else max(self._last_t, t)
         self._stale = True
         return True
 
     def result(self) -> VoteResult | None:
         """The vote so far, or None before the first kept read."""
-        if not self._reads:
+        if not self._evidence:
             return None
         if self._stale or self._result is None:
             self._result = self._vote()
@@ -127,19 +175,20 @@ class PlateVote:
         return self._result
 
     def _vote(self) -> VoteResult:
-        reads = sorted(self._reads, key=lambda r: r[1])  # arrival order: earlier wins ties
-        total = sum(w for w, _, _ in reads) or 1.0
+        # (weight, text) per text of each piece, in arrival order: earlier wins ties.
+        parts = [(e.weight * share, text) for e in self._evidence for text, share in e.shares()]
+        total = sum(w for w, _ in parts) or 1.0
 
         by_length: dict[int, float] = defaultdict(float)
         by_text: dict[str, float] = defaultdict(float)
-        for w, _, text in reads:
+        for w, text in parts:
             by_length[len(text)] += w
             by_text[text] += w
         length = max(by_length, key=by_length.__getitem__)
 
         chars: list[str] = []
         confidence = 1.0
-        same_length = [(w, text) for w, _, text in reads if len(text) == length]
+        same_length = [(w, text) for w, text in parts if len(text) == length]
         for i in range(length):
             votes: dict[str, float] = defaultdict(float)
             for w, text in same_length:
@@ -160,15 +209,18 @@ class PlateVote:
                 valid = True
 
         ranked = sorted(by_text, key=by_text.__getitem__, reverse=True)[:CANDIDATES]
-        assert self._first_t is not None and self._last_t is not None
+        assert self._first_t is not None
         return VoteResult(
             text=text,
             confidence=confidence,
-            reads=len(reads),
-            support=sum(1 for _, _, s in reads if _within_one(s, text)),
-            exact=sum(1 for _, _, s in reads if s == text),
+            reads=self._reads,
+            evidence=len(self._evidence),
+            support=sum(
+                share for e in self._evidence for s, share in e.shares() if _within_one(s, text)
+            ),
+            exact=sum(e.counts.get(text, 0) for e in self._evidence),
             candidates=tuple((s, by_text[s] / total) for s in ranked),
             valid=valid,
             first_t=self._first_t,
-            last_t=self._last_t,
+            last_t=max(e.t for e in self._evidence),
         )

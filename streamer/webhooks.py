@@ -21,7 +21,8 @@ Per answer:
   (``python -m streamer deadletters``, :meth:`WebhookSink.redrive`).
 
 Requests are signed per the Standard Webhooks specification (``webhook-id`` = the
-event id, so a receiver deduplicates re-sent events; ``webhook-timestamp``;
+message id: the event id for a pass's first report, ``<event_id>.v<version>`` for a
+correction, so a receiver deduplicates re-sent messages; ``webhook-timestamp``;
 ``webhook-signature`` = ``v1,<base64 HMAC-SHA256>``) with the target's ``whsec_``
 secret, which appears in no log, error or metric. The payload is
 ``PlateEvent.to_dict()`` with the crop per target: ``crop_jpeg_base64``, ``crop_url``

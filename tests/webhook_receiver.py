@@ -55,6 +55,7 @@ def make_event(camera: str = "gate", index: int | None = None) -> PlateEvent:
         candidates=[(f"A{n % 1000:03d}BC77", 0.9)],
         track_id=n,
         reads=10,
+        evidence=8,
         first_seen=seen,
         last_seen=seen,
         box=(10.0, 20.0, 110.0, 45.0),

@@ -2,7 +2,9 @@
 
 Confirmed tracks are drawn green, tentative ones (not yet confirmed, or not
 associated with a track) yellow; each box carries a filled label with the
-track's text and id, ``O567AM76 #1``. Nothing here touches the input image:
+track's text and id, ``O567AM76 #1``: the reported text once the pass is
+decided, else the vote so far with a ``?`` (``O567AM76? #1``); under it, smaller,
+this frame's own read when it differs. Nothing here touches the input image:
 callers run it in a thread (it is CPU work) and get a new array back.
 """
 
@@ -27,8 +29,14 @@ _FONT = cv2.FONT_HERSHEY_SIMPLEX
 
 
 def label(plate: TrackedPlate) -> str:
-    """What the box says: the text, and the track id when there is one."""
-    return plate.text if plate.track_id is None else f"{plate.text} #{plate.track_id}"
+    """What the box says: the track's text (``?`` until it is decided) and its id."""
+    text = plate.text if plate.decided else f"{plate.text}?"
+    return text if plate.track_id is None else f"{text} #{plate.track_id}"
+
+
+def read_label(plate: TrackedPlate) -> str:
+    """The smaller line under the label: this frame's read, when it is not the label's text."""
+    return plate.read if plate.read and plate.read != plate.text else ""
 
 
 def draw(image: np.ndarray, plates: Sequence[TrackedPlate], scale: float = 1.0) -> np.ndarray:
@@ -50,26 +58,32 @@ def draw(image: np.ndarray, plates: Sequence[TrackedPlate], scale: float = 1.0) 
         y1, y2 = sorted((min(max(y1, 0), height - 1), min(max(y2, 0), height - 1)))
         cv2.rectangle(out, (x1, y1), (x2, y2), color, thickness)
 
-        text = label(plate)
-        (text_w, text_h), baseline = cv2.getTextSize(text, _FONT, font_scale, text_thickness)
-        label_h = text_h + baseline + 2 * pad
-        label_w = text_w + 2 * pad
+        lines = [(label(plate), font_scale)]
+        if read := read_label(plate):
+            lines.append((read, font_scale * 0.7))
+        sizes = [cv2.getTextSize(t, _FONT, fs, text_thickness) for t, fs in lines]
+        label_h = sum(h + baseline for (_, h), baseline in sizes) + (len(lines) + 1) * pad
+        label_w = max(w for (w, _), _ in sizes) + 2 * pad
         # Above the box when there is room, else below it.
         top = y1 - thickness // 2 - label_h
         if top < 0:
             top = min(y2 + thickness // 2 + 1, max(height - label_h, 0))
         left = min(max(x1 - thickness // 2, 0), max(width - label_w, 0))
         cv2.rectangle(out, (left, top), (left + label_w, top + label_h), color, cv2.FILLED)
-        cv2.putText(
-            out,
-            text,
-            (left + pad, top + pad + text_h),
-            _FONT,
-            font_scale,
-            LABEL_TEXT_COLOR,
-            text_thickness,
-            cv2.LINE_AA,
-        )
+        y = top
+        for (text, fs), ((_, text_h), baseline) in zip(lines, sizes, strict=True):
+            y += pad + text_h
+            cv2.putText(
+                out,
+                text,
+                (left + pad, y),
+                _FONT,
+                fs,
+                LABEL_TEXT_COLOR,
+                text_thickness,
+                cv2.LINE_AA,
+            )
+            y += baseline
     return out
 
 

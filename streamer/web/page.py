@@ -155,15 +155,18 @@ async function refreshCameras() {
     link(row, camera.snapshot_url, "snapshot"); link(row, camera.mjpeg_url, "MJPEG");
     ensureFigure(camera.name);
     figures[camera.name].labels.textContent =
-      camera.plates.map((p) => p.track_id == null ? p.text : p.text + " #" + p.track_id)
-        .join("  ");
+      camera.plates.map((p) => {
+        const text = p.decided ? p.text : p.text + "?";
+        const read = p.read && p.read !== p.text ? " (" + p.read + ")" : "";
+        return (p.track_id == null ? text : text + " #" + p.track_id) + read;
+      }).join("  ");
   }
 }
 
 let shownEvents = null;
 async function refreshEvents() {
   const page = await api("/api/events?limit=24");
-  const key = page.events.map((event) => event.event_id).join(",");
+  const key = page.events.map((event) => event.event_id + "." + event.version).join(",");
   if (key === shownEvents) return;
   shownEvents = key;
   const list = document.getElementById("events");
@@ -174,7 +177,8 @@ async function refreshEvents() {
     img.src = withToken(event.crop_url); img.alt = event.text;
     const text = document.createElement("div");
     text.textContent = event.text + "  " + event.camera + "  " + event.first_seen.utc +
-      "  " + (100 * event.confidence).toFixed(0) + "%";
+      "  " + (100 * event.confidence).toFixed(0) + "%" +
+      (event.previous_text ? "  (corrected from " + event.previous_text + ")" : "");
     item.append(img, text);
     list.append(item);
   }

@@ -74,7 +74,10 @@ EVENTS_PAGE_MAX = 200
 MJPEG_BOUNDARY = "lpr-frame"
 
 _CAMERA_NAME = re.compile(CAMERA_NAME_PATTERN)
-_EVENT_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+#: An event's message id: its UUID, with ``.v<version>`` for a correction.
+_EVENT_ID = re.compile(
+    r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}(\.v[0-9]{1,6})?$"
+)
 _UINT = re.compile(r"^[0-9]{1,9}$")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -300,6 +303,8 @@ class WebServer:
             "plates": [
                 {
                     "text": plate.text,
+                    "read": plate.read,
+                    "decided": plate.decided,
                     "track_id": plate.track_id,
                     "confirmed": plate.confirmed,
                     "box": [round(v, 1) for v in plate.box],
@@ -323,7 +328,7 @@ class WebServer:
     def _event_dict(event: PlateEvent) -> dict[str, Any]:
         return {
             **event.to_dict(include_crop=False),
-            "crop_url": f"/api/events/{event.event_id}/crop.jpg",
+            "crop_url": f"/api/events/{event.message_id}/crop.jpg",
         }
 
     async def _events(self, request: web.Request) -> web.Response:

@@ -11,6 +11,7 @@ from streamer.config import (
     CameraConfig,
     ConfigError,
     EventsConfig,
+    KnownPlatesConfig,
     LogConfig,
     MetricsConfig,
     MotionConfig,
@@ -110,7 +111,8 @@ def test_reference_config_needs_the_camera_password() -> None:
 
 def test_docs_mention_every_key() -> None:
     text = (PROJECT / "docs" / "config.md").read_text()
-    for model in MODELS:
+    # Known-plate lists are commented out in reference.yaml (an example, not a default).
+    for model in [*MODELS, KnownPlatesConfig]:
         for name in model.model_fields:
             assert f"`{name}`" in text, f"{model.__name__}.{name} missing from docs/config.md"
 
@@ -471,6 +473,26 @@ CAMERA = "  - name: gate\n    url: rtsp://cam/stream\n"
             ["cameras[gate].motion.stationary_interval_s: Input should be greater than 0"],
             id="motion-interval",
         ),
+        pytest.param(
+            f"cameras:\n{CAMERA}known_plates: {{staff: ['A(12']}}\n",
+            ["known_plates.staff.plates[0]: invalid regular expression 'A(12'"],
+            id="known-plates-bad-regex",
+        ),
+        pytest.param(
+            f"cameras:\n{CAMERA}known_plates: {{Staff List: [A123BC77]}}\n",
+            ["known_plates: label 'Staff List': use 1-63 of a-z 0-9 _ -"],
+            id="known-plates-bad-label",
+        ),
+        pytest.param(
+            f"cameras:\n{CAMERA}    known_plates: {{vip: {{plates: [A1], max_distance: 4}}}}\n",
+            ["cameras[gate].known_plates.vip.max_distance: Input should be less than or equal"],
+            id="known-plates-distance",
+        ),
+        pytest.param(
+            f"cameras:\n{CAMERA}known_plates: {{staff: []}}\n",
+            ["known_plates.staff.plates: List should have at least 1 item"],
+            id="known-plates-empty",
+        ),
     ],
 )
 def test_malformed_config_names_file_key_and_reason(
@@ -479,6 +501,40 @@ def test_malformed_config_names_file_key_and_reason(
     message = config_error(tmp_path, text)
     for part in expected:
         assert part in message
+
+
+def test_known_plates_lists_shorthand_and_camera_lists_first(tmp_path: Path) -> None:
+    settings = load_text(
+        tmp_path,
+        """\
+        cameras:
+          - name: gate
+            url: rtsp://cam/x
+            known_plates:
+              staff: {plates: [O567AM76], max_distance: 2, snap: true}
+          - name: yard
+            url: rtsp://cam/y
+        known_plates:
+          staff: [A123BC77]
+          stolen: {plates: ['X\\d{3}..77'], alert: true}
+        """,
+    )
+    assert settings.known_plates["staff"].plates == ["A123BC77"]
+    assert settings.known_plates["staff"].max_distance == 1  # the default
+    gate, yard = settings.cameras
+    # The camera's "staff" list replaces the global one; "stolen" applies everywhere.
+    gate_known = settings.known_plates_for(gate)
+    match = gate_known.match("C567AC76")
+    assert match is not None and (match.label, match.plate, match.snap) == (
+        "staff",
+        "O567AM76",
+        True,
+    )
+    assert gate_known.match("A123BC77") is None
+    yard_match = settings.known_plates_for(yard).match("A123BC76")
+    assert yard_match is not None and yard_match.label == "staff"
+    stolen = settings.known_plates_for(yard).match("X123AB77")
+    assert stolen is not None and stolen.alert
 
 
 def test_several_problems_are_reported_together(tmp_path: Path) -> None:

@@ -14,10 +14,15 @@ import numpy as np
 
 from streamer.events import JsonLinesSink, build_event, crop_jpeg
 from streamer.frames import Frame, PlateReading
+from streamer.known_plates import Match
 from streamer.passes import PlatePass
 
+EVENT_ID = "5f0c7b1e-3d4a-4c1e-9a57-0d2b8f6e1a93"
 
-def _pass() -> PlatePass:
+
+def _pass(
+    version: int = 1, previous_text: str | None = None, match: Match | None = None
+) -> PlatePass:
     image = np.zeros((100, 200, 3), np.uint8)
     image[40:60, 50:150] = (255, 255, 255)  # the "plate"
     frame = Frame("gate", 7, 12.5, 1_767_225_600.25, time.monotonic(), image)
@@ -30,7 +35,8 @@ def _pass() -> PlatePass:
         confidence=0.9,
         candidates=[("O567AM76", 0.9), ("C567AM76", 0.1)],
         reads=12,
-        support=11,
+        evidence=6,
+        support=5.5,
         exact=10,
         first_seen=empty,
         last_seen=frame,
@@ -38,6 +44,11 @@ def _pass() -> PlatePass:
         best_frame=frame,
         reason="confident",
         time_s=12.5,
+        event_id=EVENT_ID,
+        version=version,
+        previous_text=previous_text,
+        match=match,
+        voted_text="C567AC76" if match is not None and match.snap else None,
     )
 
 
@@ -45,7 +56,10 @@ async def test_event_payload_and_crop() -> None:
     event = await build_event(_pass(), jpeg_quality=90)
     payload = event.to_dict()
     uuid.UUID(payload["event_id"])
+    assert payload["event_id"] == EVENT_ID == event.message_id
     assert payload["type"] == "plate" and payload["camera"] == "gate"
+    assert payload["version"] == 1 and payload["evidence"] == 6
+    assert not {"previous_text", "match", "alert", "voted_text"} & payload.keys()
     assert payload["text"] == "O567AM76" and payload["track_id"] == 4 and payload["reads"] == 12
     assert payload["first_seen"] == {"utc": "2025-12-31T23:59:58.750+00:00", "stream_time_s": 11.0}
     assert payload["last_seen"]["utc"] == "2026-01-01T00:00:00.250+00:00"
@@ -55,6 +69,26 @@ async def test_event_payload_and_crop() -> None:
     assert crop.shape[:2] == (27, 131)
     assert crop[13, 65].mean() > 200 and crop[1, 1].mean() < 50
     assert "crop_jpeg_base64" not in event.to_dict(include_crop=False)
+
+
+async def test_a_correction_keeps_the_event_id_and_names_what_it_replaces() -> None:
+    event = await build_event(_pass(version=3, previous_text="C567AM76"), jpeg_quality=90)
+    payload = event.to_dict(include_crop=False)
+    assert payload["type"] == "plate.updated" and payload["event_id"] == EVENT_ID
+    assert (payload["version"], payload["previous_text"], payload["text"]) == (
+        3,
+        "C567AM76",
+        "O567AM76",
+    )
+    # Its own message id: the webhook-id and the outbox key of this version.
+    assert event.message_id == f"{EVENT_ID}.v3"
+
+
+async def test_a_known_plate_match_and_alert_are_in_the_payload() -> None:
+    match = Match("stolen", "O567AM76", 2, alert=True, snap=True)
+    payload = (await build_event(_pass(match=match), jpeg_quality=90)).to_dict(False)
+    assert payload["match"] == {"label": "stolen", "plate": "O567AM76", "distance": 2}
+    assert payload["alert"] is True and payload["voted_text"] == "C567AC76"
 
 
 def test_crop_of_a_box_outside_the_frame_is_still_a_jpeg() -> None:

@@ -123,17 +123,53 @@ def test_no_reads_no_result() -> None:
     assert PlateVote(PlateFormats()).result() is None
 
 
-def test_memory_is_bounded_by_dropping_the_lightest_reads() -> None:
-    vote = PlateVote(PlateFormats(), max_reads=5)
+def test_memory_is_bounded_by_dropping_the_lightest_evidence() -> None:
+    vote = PlateVote(PlateFormats(), max_evidence=5)
     for i in range(5):
         vote.add("C567AM76", 0.6, 0.3, t=float(i))  # light
     for i in range(5, 10):
         vote.add("O567AM76", 0.95, 0.7, t=float(i))  # heavy
-    assert len(vote) == 5
+    assert vote.evidence == 5 and len(vote) == 10
     result = vote.result()
     assert result is not None
-    assert (result.text, result.reads, result.exact, result.confidence) == ("O567AM76", 5, 5, 1.0)
+    assert (result.text, result.evidence, result.exact, result.confidence) == (
+        "O567AM76",
+        5,
+        5,
+        1.0,
+    )
     assert (result.first_t, result.last_t) == (0.0, 9.0)
+
+
+def test_a_still_image_read_again_is_one_piece_of_evidence() -> None:
+    # A car waits: its still image is misread 60 times; then it moves, three new images.
+    vote = PlateVote(PlateFormats())
+    vote.add("C567AM76", 0.95, 0.7, t=0.0)
+    for i in range(1, 60):
+        vote.add("C567AM76", 0.95, 0.7, t=i / 5, new=False)
+    for i in range(3):
+        vote.add("O567AM76", 0.9, 0.7, t=12.0 + i / 5)
+    result = vote.result()
+    assert result is not None
+    assert (result.text, result.reads, result.evidence, result.exact) == ("O567AM76", 63, 4, 3)
+    assert result.support == pytest.approx(4.0)  # C567AM76 is one edit away
+    # The span of evidence: from the still image to the latest new one, not to the last read.
+    assert (result.first_t, result.last_t) == (0.0, 12.4)
+
+
+def test_a_piece_of_evidence_shares_its_weight_among_its_reads() -> None:
+    # One still image read 3 times as C567AM76 and once as O567AM76, then one new O567AM76.
+    vote = PlateVote(PlateFormats())
+    vote.add("C567AM76", 0.9, 0.5, t=0.0)
+    for text in ("C567AM76", "C567AM76", "O567AM76"):
+        vote.add(text, 0.9, 0.5, t=0.2, new=False)
+    vote.add("O567AM76", 0.9, 0.5, t=0.4)
+    result = vote.result()
+    assert result is not None
+    # O567AM76: 1/4 of the first piece + all of the second = 1.25 of 2.
+    assert result.text == "O567AM76"
+    assert dict(result.candidates) == pytest.approx({"O567AM76": 0.625, "C567AM76": 0.375})
+    assert result.confidence == pytest.approx(0.625)
 
 
 def test_candidates_are_the_top_five_by_weight() -> None:

@@ -15,6 +15,7 @@ from streamer.web.overlay import (
     draw,
     encode_jpeg,
     label,
+    read_label,
     render,
 )
 
@@ -28,8 +29,28 @@ def _frame(width: int, height: int, value: int = 90) -> Frame:
 
 
 def test_label_has_the_track_id_when_there_is_one() -> None:
-    assert label(TrackedPlate((0, 0, 1, 1), "O567AM76", 1, True)) == "O567AM76 #1"
-    assert label(TrackedPlate((0, 0, 1, 1), "C567AM76", None, False)) == "C567AM76"
+    box = (0.0, 0.0, 1.0, 1.0)
+    assert label(TrackedPlate(box, "O567AM76", 1, True, decided=True)) == "O567AM76 #1"
+    assert label(TrackedPlate(box, "C567AM76", None, False, decided=True)) == "C567AM76"
+
+
+def test_an_undecided_track_is_marked_and_the_raw_read_shown_when_it_differs() -> None:
+    box = (0.0, 0.0, 1.0, 1.0)
+    tentative = TrackedPlate(box, "O567AM76", 1, True, read="C567AM76")
+    assert (label(tentative), read_label(tentative)) == ("O567AM76? #1", "C567AM76")
+    same = TrackedPlate(box, "O567AM76", 1, True, read="O567AM76", decided=True)
+    assert (label(same), read_label(same)) == ("O567AM76 #1", "")
+
+
+def test_the_raw_read_is_a_second_line_of_the_label() -> None:
+    image = np.full((720, 1280, 3), 90, np.uint8)
+    box = (1000.0, 300.0, 1100.0, 340.0)
+    one = draw(image, [TrackedPlate(box, "O567AM76", 1, True, read="O567AM76", decided=True)])
+    two = draw(image, [TrackedPlate(box, "O567AM76", 1, True, read="C567AM76", decided=True)])
+    # The label grows upwards from the box: a taller green area for the two lines.
+    rows_one = _mask(one[:300, 1000:1160], CONFIRMED_COLOR).any(axis=1).sum()
+    rows_two = _mask(two[:300, 1000:1160], CONFIRMED_COLOR).any(axis=1).sum()
+    assert rows_two > rows_one * 1.4
 
 
 def test_confirmed_green_tentative_yellow_on_a_copy() -> None:

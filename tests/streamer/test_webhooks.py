@@ -25,6 +25,7 @@ from email.utils import format_datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from prometheus_client import generate_latest
 from standardwebhooks import Webhook, WebhookVerificationError
@@ -47,9 +48,11 @@ from streamer.config import (
     WebhookTargetConfig,
     load_config,
 )
-from streamer.events import PlateEvent
+from streamer.events import PlateEvent, build_event
+from streamer.frames import Frame, FrameResult, PlateReading
 from streamer.metrics import Metrics
 from streamer.outbox import Outbox, OutboxError
+from streamer.passes import PassDetector
 from streamer.webhooks import (
     USER_AGENT,
     WebhookSink,
@@ -175,6 +178,46 @@ async def test_receiver_down_for_60_s_then_back_gets_all_50_once_in_order(
     timings = await receiver_down_then_back(tmp_path, DOWN_S)
     # Backoff is capped at 2 s: the backlog drains within seconds of the return.
     assert timings["catch_up_s"] < 15, timings
+
+
+async def test_a_pass_and_its_correction_are_two_signed_messages_of_one_event(
+    receiver: Receiver, tmp_path: Path
+) -> None:
+    """Reported on weak evidence, then contradicted by strong evidence: the pass detector's
+    two decisions go through the outbox as two messages, each with its own webhook-id,
+    both of the same event, both verified by ``standardwebhooks``."""
+    box = (40.0, 20.0, 120.0, 40.0)
+    pictures = {}
+    for seed in range(40):
+        image = np.full((60, 200, 3), 90, np.uint8)
+        image[20:40, 40:120] = np.random.default_rng(seed).integers(0, 255, (20, 80, 1))
+        pictures[seed] = image
+    reads = [("C567AM76", 1)] * 15 + [("C567AM76", 2)] * 16
+    reads += [("O567AM76", seed) for seed in range(3, 40)]
+    detector = PassDetector("gate")
+    decided = []
+    for i, (text, seed) in enumerate(reads):
+        frame = Frame("gate", i, i / 5, 1.7e9 + i / 5, time.monotonic(), pictures[seed])
+        decided += detector.update(FrameResult(frame, (PlateReading(box, 0.7, text, 0.95),)))
+    decided += detector.flush()
+
+    sink = await open_sink(settings(tmp_path, target("crm", receiver.url, receiver.secret)))
+    try:
+        for plate_pass in decided:
+            await sink.publish(await build_event(plate_pass, jpeg_quality=90))
+        await eventually(lambda: len(receiver.delivered()) == 2, within=10, what="2 delivered")
+    finally:
+        await sink.close()
+    first, update = receiver.delivered()
+    assert first.verified and update.verified
+    assert first.payload["type"] == "plate" and update.payload["type"] == "plate.updated"
+    event_id = first.payload["event_id"]
+    assert update.payload["event_id"] == event_id and first.webhook_id == event_id
+    assert update.webhook_id == f"{event_id}.v2" != first.webhook_id
+    assert (first.payload["text"], first.payload["version"]) == ("C567AM76", 1)
+    assert (update.payload["text"], update.payload["version"]) == ("O567AM76", 2)
+    assert update.payload["previous_text"] == "C567AM76"
+    assert update.payload["evidence"] > first.payload["evidence"]
 
 
 async def test_retry_policy_500_then_timeout_then_429_retry_after(

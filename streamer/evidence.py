@@ -1,0 +1,104 @@
+"""Whether a plate read is new evidence, or the same image read again.
+
+A vehicle that stops (a barrier, a queue, a parking spot) is read in every
+sampled frame, and a still image that is misread is misread the same way each
+time: counting those reads as votes lets one wrong image outvote the truth
+however many seconds it stands. A read counts as evidence only when its image
+is new: when, since the track's last *counted* read,
+
+- the plate moved: its box centre shifted by at least ``min_shift`` of the box
+  height, or its height changed by that fraction; or
+- the plate's pixels changed: the mean absolute difference of the two plate
+  crops, each scaled to ``SIGNATURE_SIZE`` in grey levels (0-255), is at least
+  ``min_change``.
+
+The crop is compared at a fixed small size (area-averaged: compression noise
+and a pixel of box jitter average out) so that the measure does not depend on
+the plate's size in the frame. Compared against the last counted read, not the
+previous one, so a slow drift (light, a creeping car) is counted once it adds
+up. What the thresholds mean on real footage, and how they were chosen:
+docs/events.md ("Evidence").
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import cv2
+import numpy as np
+
+#: Width x height the plate crop is scaled to before two crops are compared.
+SIGNATURE_SIZE = (48, 16)
+
+
+#: Defaults: grey levels (0-255) of mean crop change, and box shift as a fraction of its height.
+MIN_CHANGE = 1.5
+MIN_SHIFT = 0.15
+
+
+def check(min_change: float, min_shift: float) -> None:
+    """Refuse thresholds out of range (0 and 0: every read is new evidence)."""
+    if not (math.isfinite(min_change) and 0.0 <= min_change <= 255.0):
+        raise ValueError(f"evidence_min_change must be in [0, 255], got {min_change}")
+    if not (math.isfinite(min_shift) and 0.0 <= min_shift <= 10.0):
+        raise ValueError(f"evidence_min_shift must be in [0, 10], got {min_shift}")
+
+
+def plate_signature(image: np.ndarray, box: tuple[float, float, float, float]) -> np.ndarray:
+    """The plate's crop of ``image`` (HxWx3 BGR or HxW grey), grey, scaled to SIGNATURE_SIZE
+    (float32). A box outside the image gives a signature of zeros."""
+    h, w = image.shape[:2]
+    x1, y1, x2, y2 = box
+    left, top = min(max(int(x1), 0), w), min(max(int(y1), 0), h)
+    right, bottom = min(max(int(np.ceil(x2)), left), w), min(max(int(np.ceil(y2)), top), h)
+    crop = image[top:bottom, left:right]
+    if crop.size == 0:
+        return np.zeros(SIGNATURE_SIZE[::-1], np.float32)
+    if crop.ndim == 3:
+        crop = cv2.cvtColor(crop, cv2.COLOR_BGR2GRAY)
+    small = cv2.resize(crop, SIGNATURE_SIZE, interpolation=cv2.INTER_AREA)
+    return small.astype(np.float32)
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """A counted read, as later reads are compared with it: its box and its crop's signature."""
+
+    box: tuple[float, float, float, float]
+    signature: np.ndarray
+
+    @classmethod
+    def of(cls, image: np.ndarray, box: tuple[float, float, float, float]) -> Sample:
+        return cls(box, plate_signature(image, box))
+
+
+def box_shift(a: tuple[float, float, float, float], b: tuple[float, float, float, float]) -> float:
+    """How far a plate moved from box ``a`` to box ``b``: the larger of the centre's shift and
+    the change of height, as a fraction of ``a``'s height."""
+    ax1, ay1, ax2, ay2 = a
+    bx1, by1, bx2, by2 = b
+    height = max(ay2 - ay1, 1.0)
+    centre = float(np.hypot((bx1 + bx2 - ax1 - ax2) / 2, (by1 + by2 - ay1 - ay2) / 2))
+    return max(centre, abs((by2 - by1) - (ay2 - ay1))) / height
+
+
+def image_change(last: Sample, image: np.ndarray) -> float:
+    """Mean absolute grey-level difference (0-255) between the last counted read's crop and
+    ``image`` in the same box. The same box, not the new read's: the detector's box jitters by
+    a pixel on a still image, and a crop shifted by a pixel differs more than the picture."""
+    return float(np.mean(np.abs(last.signature - plate_signature(image, last.box))))
+
+
+def is_new(
+    last: Sample | None,
+    image: np.ndarray,
+    box: tuple[float, float, float, float],
+    min_change: float = MIN_CHANGE,
+    min_shift: float = MIN_SHIFT,
+) -> bool:
+    """Whether a read of the plate at ``box`` in ``image`` is new evidence after the track's
+    last counted read ``last`` (None: nothing counted yet)."""
+    if last is None:
+        return True
+    return box_shift(last.box, box) >= min_shift or image_change(last, image) >= min_change
