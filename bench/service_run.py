@@ -102,6 +102,22 @@ def _gate_off() -> dict[str, Any]:
     return {"motion": {"enabled": False}} if "motion" in CameraConfig.model_fields else {}
 
 
+def worker_command(config: Path, duration_s: float, out: Path, *options: str) -> list[str]:
+    """The command line of one worker run of this module (``options`` appended)."""
+    return [
+        sys.executable,
+        "-m",
+        "bench.service_run",
+        "--config",
+        str(config),
+        "--duration",
+        f"{duration_s:g}",
+        "--json",
+        str(out),
+        *options,
+    ]
+
+
 def write_config(spec: ServiceSpec, folder: Path) -> Path:
     """A service config for ``spec`` in ``folder`` (events to a file there, no ports opened)."""
     folder.mkdir(parents=True, exist_ok=True)

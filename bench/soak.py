@@ -16,7 +16,6 @@ import contextlib
 import json
 import statistics
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,7 @@ from typing import Any
 import psutil
 
 from bench.common import PROJECT_ROOT, log, percentile, tree_rss_by_label
-from bench.service_run import ServiceSpec, write_config
+from bench.service_run import ServiceSpec, worker_command, write_config
 
 SOAK_CAMERAS = 4
 SOAK_SAMPLE_FPS = 5.0  # the demo's rate (configs/demo.yaml)
@@ -73,18 +72,9 @@ def run_soak(
     )
     config = write_config(spec, folder)
     out = folder / "soak-result.json"
-    command = [
-        sys.executable,
-        "-m",
-        "bench.service_run",
-        "--config",
-        str(config),
-        "--duration",
-        str(duration),
-        "--json",
-        str(out),
-        *(["--tracemalloc"] if trace_allocations else []),
-    ]
+    command = worker_command(
+        config, duration, out, *(["--tracemalloc"] if trace_allocations else [])
+    )
     interval = min(5.0, max(0.5, duration / 300))
     started = time.monotonic()
     proc = subprocess.Popen(command, cwd=PROJECT_ROOT, stdin=subprocess.DEVNULL)

@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import json
 import statistics
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bench.common import log, percentile, run_with_rusage
-from bench.service_run import ServiceSpec, write_config
+from bench.service_run import ServiceSpec, worker_command, write_config
 
 #: RSS growth compares the median of the last 15 % of the window with its first 15 %.
 RSS_EDGE = 0.15
@@ -53,19 +52,7 @@ def run_worker(
     """One worker run of ``duration_s`` seconds; its JSON (raises if it failed)."""
     config = write_config(spec, folder)
     out = folder / "worker-result.json"
-    command = [
-        sys.executable,
-        "-m",
-        "bench.service_run",
-        "--config",
-        str(config),
-        "--duration",
-        f"{duration_s:g}",
-        "--json",
-        str(out),
-        "--sample-every",
-        f"{sample_every_s:g}",
-    ]
+    command = worker_command(config, duration_s, out, "--sample-every", f"{sample_every_s:g}")
     if triton_pid is not None:
         command += ["--triton-pid", str(triton_pid)]
     code, wall, cpu, _ = run_with_rusage(command)

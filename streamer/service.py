@@ -222,35 +222,23 @@ class Service:
                     self.events_emitted += 1
                     self.metrics.events.labels(event.camera).inc()
                     self.metrics.frame_to_event_latency.labels(event.camera).observe(after_s)
-                    LOG.info(
-                        "event %s: %s on %s (track %d, %d reads, %d pieces of evidence, %s, "
-                        "%.1f s after first seen)",
-                        event.event_id,
-                        event.text,
-                        event.camera,
-                        event.track_id,
-                        event.reads,
-                        event.evidence,
-                        event.reason,
-                        after_s,
-                    )
+                    what = event.text
                 else:
                     self.updates_emitted += 1
                     self.metrics.event_updates.labels(event.camera).inc()
-                    LOG.info(
-                        "event %s v%d: %s corrected to %s on %s (track %d, %d reads, "
-                        "%d pieces of evidence, %s, %.1f s after first seen)",
-                        event.event_id,
-                        event.version,
-                        event.previous_text,
-                        event.text,
-                        event.camera,
-                        event.track_id,
-                        event.reads,
-                        event.evidence,
-                        event.reason,
-                        after_s,
-                    )
+                    what = f"v{event.version}, {event.previous_text} corrected to {event.text}"
+                LOG.info(
+                    "event %s: %s on %s (track %d, %d reads, %d pieces of evidence, %s, "
+                    "%.1f s after first seen)",
+                    event.event_id,
+                    what,
+                    event.camera,
+                    event.track_id,
+                    event.reads,
+                    event.evidence,
+                    event.reason,
+                    after_s,
+                )
                 self.recent.add(event)
                 for sink in self.sinks:
                     try:
