@@ -46,6 +46,7 @@ from bench.common import (
     tree_cpu_by_label,
 )
 from converters.paths import MODEL_REPOSITORY
+from streamer.tracker import iou_matrix
 
 OUTPUTS = ("boxes", "det_scores", "texts")
 
@@ -128,11 +129,8 @@ def run_pass(url: str, frames: Sequence[np.ndarray], in_flight: int) -> tuple[fl
 
 
 def _iou(a: np.ndarray, b: np.ndarray) -> float:
-    w = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
-    h = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
-    inter = w * h
-    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
-    return float(inter / union) if union > 0 else 0.0
+    """IoU of two boxes (x1, y1, x2, y2), by the tracker's own measure."""
+    return float(iou_matrix(np.reshape(a, (1, 4)), np.reshape(b, (1, 4)))[0, 0])
 
 
 def agreement(reference: list[Plates], other: list[Plates]) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from converters import assets
 from converters.onnx_export import cpu_supports_bf16
 from streamer.frames import Frame, PlateReading
 from streamer.inference import PlateRecognizer
+from streamer.tracker import iou_matrix
 from streamer.triton_server import EmbeddedTriton, TritonStartError
 
 MIN_IOU = 0.99
@@ -65,11 +66,8 @@ def _read(server: EmbeddedTriton, frames: list[np.ndarray]) -> list[list[Plate]]
 
 
 def _iou(a: np.ndarray, b: np.ndarray) -> float:
-    w = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
-    h = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
-    inter = w * h
-    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
-    return float(inter / union) if union > 0 else 0.0
+    """IoU of two boxes (x1, y1, x2, y2), by the tracker's own measure."""
+    return float(iou_matrix(np.reshape(a, (1, 4)), np.reshape(b, (1, 4)))[0, 0])
 
 
 def _assert_same_plates(reference: list[Plate], other: list[Plate], where: str) -> None:
