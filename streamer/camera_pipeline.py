@@ -41,6 +41,8 @@ class Inference(Protocol):
 #: A frame at Triton: the frame, its request, when it was sent (monotonic).
 _InFlight = tuple[Frame, "asyncio.Task[tuple[PlateReading, ...]]", float]
 OnPasses = Callable[[list[PlatePass]], Awaitable[None]]
+#: Told each frame's (filtered) reads, in frame order, before the pass detector decides.
+OnResult = Callable[[FrameResult], None]
 
 
 @dataclass
@@ -67,9 +69,11 @@ class CameraPipeline:
         min_plate_width: float = 0.0,
         metrics: Metrics | None = None,
         tracks: TrackSignal | None = None,
+        on_result: OnResult | None = None,
     ) -> None:
         self.camera = camera
         self.tracks = tracks  # told after each tracker update whether a track lives (motion gate)
+        self.on_result = on_result
         self.queue = queue
         self.inference = inference
         self.passes = passes
@@ -137,6 +141,8 @@ class CameraPipeline:
             result = FrameResult(frame, self._keep(plates))
             self.stats.plates += len(result.plates)
             self.last_result = result
+            if self.on_result is not None:
+                self.on_result(result)
             passes = self.passes.update(result)
             if self.tracks is not None:
                 self.tracks.set(self.passes.live_tracks > 0)

@@ -4,6 +4,9 @@
 SIGINT/SIGTERM; with ``--once`` file cameras play once and it exits when every
 camera has ended and every event is written. A bad config exits with code 2.
 
+``python -m streamer replay --config FILE --truth TRUTH.yaml``: play the config's clips
+once, as fast as possible, and score the events against the truth (streamer/replay.py).
+
 ``python -m streamer recognise FILE``: read a video or image file, send sampled
 frames to the ``plate_recognition`` model and print one JSON line per plate
 found. With no ``--triton-url`` an embedded CPU Triton is started on
@@ -182,6 +185,28 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return asyncio.run(Service(settings, once=args.once).run())
 
 
+def _cmd_replay(args: argparse.Namespace) -> int:
+    from streamer.config import ConfigError, load_config
+    from streamer.replay import load_truth, markdown, replay_settings, report_json, run_replay
+
+    try:
+        settings = load_config(args.config)
+        truth = load_truth(args.truth)
+        replay_settings(settings, truth)  # the truth's cameras must be in the config
+    except (ConfigError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    setup_logging(args.log_level or settings.log.level, settings.log.format)
+    code, scores, total = asyncio.run(run_replay(settings, truth))
+    table = markdown(scores, total)
+    print(table, end="")
+    if args.json is not None:
+        args.json.write_text(report_json(scores, total) + "\n", encoding="utf-8")
+    if args.markdown is not None:
+        args.markdown.write_text(table, encoding="utf-8")
+    return code
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m streamer")
     parser.add_argument("--log-level", help="overrides log.level of the config")
@@ -197,6 +222,14 @@ def build_parser() -> argparse.ArgumentParser:
     recognise.add_argument("--triton-url", help="host:port of a running Triton (gRPC)")
     recognise.add_argument("--timeout", type=float, default=600.0, help="stream deadline, s")
     recognise.set_defaults(func=_cmd_recognise)
+    replay = sub.add_parser(
+        "replay", help="play clips as fast as possible and score the events against a truth"
+    )
+    replay.add_argument("--config", type=Path, required=True, help="YAML config of the clips")
+    replay.add_argument("--truth", type=Path, required=True, help="YAML: camera -> [plates]")
+    replay.add_argument("--json", type=Path, help="also write the report as JSON here")
+    replay.add_argument("--markdown", type=Path, help="also write the table here")
+    replay.set_defaults(func=_cmd_replay)
     return parser
 
 

@@ -69,6 +69,8 @@ class PlateEvent:
     alert: bool = False
     #: The vote's own text when ``text`` is the known plate it was snapped to.
     voted_text: str | None = None
+    #: Stream seconds from the pass's first read to this decision.
+    decided_after_s: float = 0.0
 
     @property
     def type(self) -> str:
@@ -102,6 +104,7 @@ class PlateEvent:
             },
             "box": [round(v, 1) for v in self.box],
             "reason": self.reason,
+            "decided_after_s": round(self.decided_after_s, 3),
         }
         if self.previous_text is not None:
             payload["previous_text"] = self.previous_text
@@ -156,6 +159,7 @@ async def build_event(plate_pass: PlatePass, jpeg_quality: int) -> PlateEvent:
         match=plate_pass.match.to_dict() if plate_pass.match is not None else None,
         alert=plate_pass.match is not None and plate_pass.match.alert,
         voted_text=plate_pass.voted_text,
+        decided_after_s=plate_pass.decided_after_s,
     )
 
 

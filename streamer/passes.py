@@ -165,6 +165,8 @@ class PlatePass:
     match: Match | None = None
     #: The vote's own text when ``text`` is a known plate snapped to (else None).
     voted_text: str | None = None
+    #: Stream seconds from the track's first read to this decision.
+    decided_after_s: float = 0.0
 
 
 @dataclass(slots=True)
@@ -457,4 +459,5 @@ class PassDetector:
             previous_text=previous_text,
             match=match,
             voted_text=vote.text if reported.text != vote.text else None,
+            decided_after_s=t - state.first_t,
         )

@@ -14,11 +14,12 @@ import json
 import logging
 import signal
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 
 from prometheus_client.core import Metric
 
-from streamer.camera_pipeline import CameraPipeline
+from streamer.camera_pipeline import CameraPipeline, OnResult
 from streamer.config import CameraConfig, Settings
 from streamer.events import EventSink, JsonLinesSink, PlateEvent, build_event
 from streamer.frame_queue import FrameQueue
@@ -75,12 +76,23 @@ class EventLog:
 
 
 class Service:
-    def __init__(self, settings: Settings, *, once: bool = False) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        once: bool = False,
+        extra_sinks: Sequence[EventSink] = (),
+        on_result: OnResult | None = None,
+    ) -> None:
+        """``extra_sinks`` get every event after the configured sinks; ``on_result`` sees
+        every frame's reads, in order per camera (``python -m streamer replay`` uses both)."""
         self.settings = settings
         self.once = once
         self.triton: EmbeddedTriton | None = None
         self.recognizer: PlateRecognizer | None = None
         self.sinks: list[EventSink] = []
+        self.extra_sinks = tuple(extra_sinks)
+        self.on_result = on_result
         self.cameras: dict[str, Camera] = {}
         self.recent = EventLog()
         self.events_emitted = 0  # passes reported (version 1)
@@ -151,6 +163,7 @@ class Service:
         webhooks = await create_webhook_sink(self.settings, self.metrics)
         if webhooks is not None:
             self.sinks.append(webhooks)
+        self.sinks += self.extra_sinks
 
         for config in self.settings.cameras:
             if config.enabled:
@@ -210,6 +223,7 @@ class Service:
             min_plate_width=config.min_plate_width,
             metrics=self.metrics,
             tracks=gate.tracks if gate is not None else None,
+            on_result=self.on_result,
         )
         return Camera(config, queue, source, pipeline)
 
