@@ -34,7 +34,7 @@ MODEL_INPUT_SIZE ?= 736x1280
 MODEL_SOURCES := $(wildcard converters/*.py converters/*/*.py converters/templates/*) \
 	$(wildcard model_repository/plate_recognition/1/*.py)
 
-.PHONY: setup models test demo bench lint clean
+.PHONY: setup models test demo bench accuracy lint clean
 
 setup: $(STAMPS)/venv $(STAMPS)/triton-env $(STAMPS)/system
 
@@ -88,6 +88,10 @@ demo: setup models
 bench: setup models
 	$(BIN)/pip install --quiet -e '.[convert,dev,bench]'
 	$(BIN)/python -m bench
+
+# Accuracy over labelled variants of the shared footage (a few minutes): docs/ACCURACY.md.
+accuracy: setup models
+	$(BIN)/python -m bench.accuracy
 
 lint: $(STAMPS)/venv
 	$(BIN)/ruff check .

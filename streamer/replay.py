@@ -130,6 +130,9 @@ class ClipScore:
     decided_after_s: float | None
     frames: int
     top_reads: list[tuple[str, int]]
+    #: Each missed plate with the frames the recogniser read it in, exactly: 0 means it was
+    #: never read; under events.min_reads, too few to report; more, the vote chose otherwise.
+    missed_reads: list[tuple[str, int]] = field(default_factory=list)
 
     @property
     def precision(self) -> float | None:
@@ -143,6 +146,7 @@ class ClipScore:
         data = dataclasses.asdict(self)
         data["precision"], data["recall"] = self.precision, self.recall
         data["top_reads"] = [{"text": t, "frames": n} for t, n in self.top_reads]
+        data["missed_reads"] = [{"text": t, "frames": n} for t, n in self.missed_reads]
         return data
 
 
@@ -168,6 +172,7 @@ def score(
     wrong = sum(n for t, n in got.items() if t not in want)
     duplicates = sum(max(0, n - want[t]) for t, n in got.items() if t in want)
     right_times = [e.decided_after_s for e in latest.values() if e.text in want]
+    missed = sorted(t for t, n in want.items() if got[t] < n)
     return ClipScore(
         camera=camera,
         expected=sorted(expected),
@@ -181,6 +186,7 @@ def score(
         decided_after_s=statistics.median(right_times) if right_times else None,
         frames=frames,
         top_reads=reads.most_common(TOP_READS),
+        missed_reads=[(t, reads[t]) for t in missed],
     )
 
 
@@ -238,8 +244,8 @@ def markdown(scores: list[ClipScore], total: dict[str, Any]) -> str:
     rows = [
         "| clip | expected | reported (last version) | correct | wrong | dup | missed "
         "| corrections | precision | recall | decided after (s) | frames | recogniser's reads "
-        "(frames) |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "(frames) | missed plates: frames read exactly |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for s in scores:
         raw = ", ".join(f"{t}{'' if formats.is_valid(t) else '*'} ({n})" for t, n in s.top_reads)
@@ -248,14 +254,15 @@ def markdown(scores: list[ClipScore], total: dict[str, Any]) -> str:
             f"| {s.camera} | {' '.join(s.expected) or '(none)'} | "
             f"{' '.join(s.reported) or '(none)'} | {s.correct} | {s.wrong} | {s.duplicates} | "
             f"{s.missed} | {s.corrections} | {_ratio(s.precision)} | {_ratio(s.recall)} | "
-            f"{after} | {s.frames} | {raw or '(none)'} |"
+            f"{after} | {s.frames} | {raw or '(none)'} | "
+            f"{', '.join(f'{t} ({n})' for t, n in s.missed_reads) or '-'} |"
         )
     after = total["median_decided_after_s"]
     rows.append(
         f"| **total** ({total['clips']} clips) | {total['expected']} | {total['passes']} | "
         f"{total['correct']} | {total['wrong']} | {total['duplicates']} | {total['missed']} | "
         f"{total['corrections']} | {_ratio(total['precision'])} | {_ratio(total['recall'])} | "
-        f"{'-' if after is None else f'{after:.1f}'} | | |"
+        f"{'-' if after is None else f'{after:.1f}'} | | | |"
     )
     return "\n".join(rows) + "\n"
 

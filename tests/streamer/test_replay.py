@@ -52,9 +52,11 @@ def test_a_pass_counts_with_its_last_version() -> None:
         _event("B840CK197", "d"),  # not in the truth: wrong
         _event("O567AM76", "e", camera="gate"),  # another camera's
     ]
-    s = score("yard", ["O567AM76", "Y836XH76", "A123BC77"], events, Counter(), 40)
+    reads = Counter({"O567AM76": 9, "A123BC77": 1})
+    s = score("yard", ["O567AM76", "Y836XH76", "A123BC77"], events, reads, 40)
     assert s.reported == ["B840CK197", "O567AM76", "Y836XH76", "Y836XH76"]
     assert (s.correct, s.wrong, s.duplicates, s.missed) == (2, 1, 1, 1)
+    assert s.missed_reads == [("A123BC77", 1)]  # read once: under min_reads
     assert (s.corrections, s.wrong_first) == (1, 2)  # C567AM76 (then corrected), B840CK197
     assert (s.precision, s.recall) == (0.5, pytest.approx(2 / 3))
     assert s.decided_after_s == 2.0  # the median over the right passes: 4.0 (a v2), 2.0, 2.0
