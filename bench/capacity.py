@@ -17,7 +17,9 @@ Per step (figures ``O<N>-...``): answered frames/s against ``min(offered 5N, sat
 (>= 0.9; below saturation the offered rate is the bound), the per-camera share (answered
 frames of the least-served camera / the most-served, >= 0.8), p99 time at Triton / unloaded
 (<= 2), RSS growth after the warm-up of the service and of Triton's tree (< 5 %), and
-failures; events whose text is not one of the clip's two plates are counted (``O-wrong-text``).
+failures; passes whose text (at their last version: a correction replaces what it corrects,
+as ``python -m streamer replay`` counts) is not one of the clip's two plates are counted
+(``O-wrong-text``).
 """
 
 from __future__ import annotations
@@ -213,8 +215,9 @@ def ladder_figures(
             target=None,
             higher_is_better=False,
             notes=[
-                f"true plates {', '.join(sorted(TRUE_TEXTS))}; per step (cameras: wrong / "
-                "events): "
+                f"true plates {', '.join(sorted(TRUE_TEXTS))}; a pass counts with its last "
+                "version (bench/service_run.py's RecordingSink, streamer.replay.latest_versions); "
+                "per step (cameras: wrong / events): "
                 + ", ".join(
                     f"{s['cameras']}: {w} / {e}"
                     for s, w, e in zip(steps, wrong, events, strict=True)

@@ -39,6 +39,7 @@ import yaml
 from bench.common import cpu_delta, self_cpu_s, tree_cpu_by_label, tree_rss_by_label
 from streamer.config import CameraConfig, Settings, load_config
 from streamer.events import PlateEvent
+from streamer.replay import latest_versions
 from streamer.service import Service
 
 SERVICE_LOG_LEVEL = logging.WARNING
@@ -47,20 +48,32 @@ TRACEMALLOC_TOP = 15
 
 
 class RecordingSink:
-    """An event sink that keeps each event's frame-to-event latency (as the metric does)."""
+    """An event sink that keeps each pass's frame-to-event latency (as the metric does: its
+    first report) and its text at its last version (a correction replaces it, as
+    ``streamer.replay.latest_versions`` counts passes)."""
 
     name = "bench-recorder"
     healthy = True
 
     def __init__(self) -> None:
         self.latencies_s: list[float] = []
-        self.published_at: list[float] = []  # time.monotonic() of each event
+        self.published_at: list[float] = []  # time.monotonic() of each pass's first report
         self.texts: list[str] = []
         self.cameras: list[str] = []
         self.reasons: list[str] = []  # why each pass was reported (confident, max_delay, ...)
+        self.corrections = 0
+        self._events: list[PlateEvent] = []
+        self._index: dict[str, int] = {}  # event_id -> its pass's position in the lists
 
     async def publish(self, event: PlateEvent) -> None:
+        self._events.append(event)
+        if event.event_id in self._index:  # a correction: the pass now reads its new text
+            self.corrections += 1
+            latest = latest_versions(self._events)[event.event_id]
+            self.texts[self._index[event.event_id]] = latest.text
+            return
         now = time.monotonic()
+        self._index[event.event_id] = len(self.texts)
         self.latencies_s.append(now - event.first_seen_monotonic)
         self.published_at.append(now)
         self.texts.append(event.text)
@@ -215,6 +228,7 @@ def run_service(
             "triton_cpu_by_process_s": triton,
             "event_latency_s": recorder.latencies_s,
             "distinct_texts": len(set(recorder.texts)),
+            "corrections": recorder.corrections,
             "event_texts": list(zip(recorder.cameras, recorder.texts, strict=True)),
         }
 
@@ -353,6 +367,7 @@ def main(argv: list[str] | None = None) -> int:
     result["event_reasons"] = [reason for at, _, reason in pairs if at <= stop]
     result["flushed_at_stop"] = sum(1 for at, _, _ in pairs if at > stop)
     result["distinct_texts"] = len(set(recorder.texts))
+    result["corrections"] = recorder.corrections
     if args.sample_every > 0:
         result["timeline"] = timeline
         result["latencies"] = latencies

@@ -150,6 +150,16 @@ class ClipScore:
         return data
 
 
+def latest_versions(events: Iterable[PlateEvent]) -> dict[str, PlateEvent]:
+    """Each pass (by ``event_id``) at its highest version: a correction replaces what it
+    corrects. The rule every count of passes and wrong texts uses (this report, the bench)."""
+    latest: dict[str, PlateEvent] = {}
+    for event in events:
+        if event.event_id not in latest or event.version > latest[event.event_id].version:
+            latest[event.event_id] = event
+    return latest
+
+
 def score(
     camera: str,
     expected: list[str],
@@ -159,13 +169,8 @@ def score(
 ) -> ClipScore:
     """Score one camera's events (every version) against ``expected``."""
     messages = [e for e in events if e.camera == camera]
-    latest: dict[str, PlateEvent] = {}
-    first: dict[str, PlateEvent] = {}
-    for event in messages:
-        if event.event_id not in latest or event.version > latest[event.event_id].version:
-            latest[event.event_id] = event
-        if event.version == 1:
-            first[event.event_id] = event
+    latest = latest_versions(messages)
+    first = {e.event_id: e for e in messages if e.version == 1}
     reported = [e.text for e in latest.values()]
     want, got = Counter(expected), Counter(reported)
     correct = sum(min(n, want[t]) for t, n in got.items())
