@@ -296,7 +296,7 @@ class PassDetector:
                 p.decide == "fast"
                 and t - state.first_t >= p.max_delay_s
                 and vote.evidence >= MAX_DELAY_MIN_EVIDENCE
-                and vote.confidence > 0.5  # a tie is no decision: wait for more evidence
+                and not vote.tied  # a tie is no decision: wait for more evidence
             ):
                 passes += self._report(tid, vote, "max_delay", t)
         return passes

@@ -53,7 +53,8 @@ class VoteResult:
     of its weight that reads within Levenshtein distance 1 of ``text`` have;
     ``exact``: reads equal to ``text``. ``candidates``: the heaviest distinct
     strings read, with their share of the total weight. ``first_t`` / ``last_t``:
-    stream times of the first and the latest piece of evidence.
+    stream times of the first and the latest piece of evidence. ``tied``: the text won a
+    tie somewhere (it was read first).
     """
 
     text: str
@@ -66,6 +67,8 @@ class VoteResult:
     valid: bool
     first_t: float
     last_t: float
+    #: A position (or, for a fallback, the whole string) that two choices share equally.
+    tied: bool = False
 
     def is_confident(self, confident_reads: int, confident_share: float) -> bool:
         """Valid, backed by ``confident_reads`` pieces of evidence, ``confident_share`` sure."""
@@ -101,6 +104,12 @@ class _Evidence:
         if total <= 0.0:
             return [(text, 1.0 / len(self.texts)) for text in self.texts]
         return [(text, w / total) for text, w in self.texts.items()]
+
+
+def _tied(weights: dict[str, float]) -> bool:
+    """Whether the heaviest two of ``weights`` weigh the same (an earlier read wins the tie)."""
+    top = sorted(weights.values(), reverse=True)[:2]
+    return len(top) == 2 and math.isclose(top[0], top[1], rel_tol=1e-9, abs_tol=1e-12)
 
 
 def _within_one(a: str, b: str) -> bool:
@@ -188,6 +197,7 @@ class PlateVote:
 
         chars: list[str] = []
         confidence = 1.0
+        tied = False
         same_length = [(w, text) for w, text in parts if len(text) == length]
         for i in range(length):
             votes: dict[str, float] = defaultdict(float)
@@ -195,6 +205,7 @@ class PlateVote:
                 votes[text[i]] += w
             winner = max(votes, key=votes.__getitem__)
             chars.append(winner)
+            tied = tied or _tied(votes)
             position_total = sum(votes.values())
             share = votes[winner] / position_total if position_total > 0 else 0.0
             confidence = min(confidence, share)
@@ -202,10 +213,11 @@ class PlateVote:
 
         valid = self.formats.is_valid(text)
         if not valid:
-            valid_texts = [s for s in by_text if self.formats.is_valid(s)]
+            valid_texts = {s: by_text[s] for s in by_text if self.formats.is_valid(s)}
             if valid_texts:
-                text = max(valid_texts, key=by_text.__getitem__)
+                text = max(valid_texts, key=valid_texts.__getitem__)
                 confidence = by_text[text] / total
+                tied = _tied(valid_texts)
                 valid = True
 
         ranked = sorted(by_text, key=by_text.__getitem__, reverse=True)[:CANDIDATES]
@@ -223,4 +235,5 @@ class PlateVote:
             valid=valid,
             first_t=self._first_t,
             last_t=max(e.t for e in self._evidence),
+            tied=tied,
         )

@@ -222,3 +222,18 @@ def test_is_confident(
 def test_bad_scores_are_refused(text_score: float, det_score: float) -> None:
     with pytest.raises(ValueError, match="scores"):
         PlateVote(PlateFormats()).add("O567AM76", text_score, det_score, t=0.0)
+
+
+def test_a_tie_is_marked_and_a_plurality_is_not() -> None:
+    tie = PlateVote(PlateFormats())
+    tie.add("C567AM76", 0.9, 0.5, t=0.0)
+    tie.add("O567AM76", 0.9, 0.5, t=1.0)
+    result = tie.result()
+    assert result is not None and (result.text, result.tied) == ("C567AM76", True)
+    # Three readings of the first letter, none with half the weight: no tie, a winner.
+    plurality = PlateVote(PlateFormats())
+    for text, score in (("O567AM76", 0.95), ("C567AM76", 0.7), ("M567AM76", 0.7)):
+        plurality.add(text, score, 0.5, t=0.0)
+    result = plurality.result()
+    assert result is not None and (result.text, result.tied) == ("O567AM76", False)
+    assert result.confidence < 0.5
