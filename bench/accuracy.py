@@ -202,7 +202,10 @@ def document(scores: list[ClipScore], total: dict[str, Any], seconds: float) -> 
 
 
 async def _replay(
-    clips: dict[str, Path], gates: dict[str, bool], truth: dict[str, list[str]], args: Any
+    clips: dict[str, Path],
+    gates: dict[str, bool],
+    truth: dict[str, list[str]],
+    args: argparse.Namespace,
 ) -> tuple[list[ClipScore], dict[str, Any]]:
     server = None
     url = args.triton_url

@@ -216,7 +216,8 @@ def ladder_figures(
             higher_is_better=False,
             notes=[
                 f"true plates {', '.join(sorted(TRUE_TEXTS))}; a pass counts with its last "
-                "version (bench/service_run.py's RecordingSink, streamer.replay.latest_versions); "
+                "version (bench/service_run.py's RecordingSink, the rule of "
+                "streamer.replay.latest_versions); "
                 "per step (cameras: wrong / events): "
                 + ", ".join(
                     f"{s['cameras']}: {w} / {e}"

@@ -39,7 +39,6 @@ import yaml
 from bench.common import cpu_delta, self_cpu_s, tree_cpu_by_label, tree_rss_by_label
 from streamer.config import CameraConfig, Settings, load_config
 from streamer.events import PlateEvent
-from streamer.replay import latest_versions
 from streamer.service import Service
 
 SERVICE_LOG_LEVEL = logging.WARNING
@@ -49,8 +48,9 @@ TRACEMALLOC_TOP = 15
 
 class RecordingSink:
     """An event sink that keeps each pass's frame-to-event latency (as the metric does: its
-    first report) and its text at its last version (a correction replaces it, as
-    ``streamer.replay.latest_versions`` counts passes)."""
+    first report) and its text at its highest version (a correction replaces it: the rule of
+    ``streamer.replay.latest_versions``). Only what it reports is kept, never the events
+    themselves: it runs inside the service whose memory the soak measures."""
 
     name = "bench-recorder"
     healthy = True
@@ -62,18 +62,19 @@ class RecordingSink:
         self.cameras: list[str] = []
         self.reasons: list[str] = []  # why each pass was reported (confident, max_delay, ...)
         self.corrections = 0
-        self._events: list[PlateEvent] = []
-        self._index: dict[str, int] = {}  # event_id -> its pass's position in the lists
+        self._passes: dict[str, tuple[int, int]] = {}  # event_id -> (position, version)
 
     async def publish(self, event: PlateEvent) -> None:
-        self._events.append(event)
-        if event.event_id in self._index:  # a correction: the pass now reads its new text
+        known = self._passes.get(event.event_id)
+        if known is not None:  # a correction: the pass now reads its newest text
             self.corrections += 1
-            latest = latest_versions(self._events)[event.event_id]
-            self.texts[self._index[event.event_id]] = latest.text
+            position, version = known
+            if event.version > version:
+                self.texts[position] = event.text
+                self._passes[event.event_id] = (position, event.version)
             return
         now = time.monotonic()
-        self._index[event.event_id] = len(self.texts)
+        self._passes[event.event_id] = (len(self.texts), event.version)
         self.latencies_s.append(now - event.first_seen_monotonic)
         self.published_at.append(now)
         self.texts.append(event.text)

@@ -185,7 +185,8 @@ class PlateVote:
 
     def _vote(self) -> VoteResult:
         # (weight, text) per text of each piece, in arrival order: earlier wins ties.
-        parts = [(e.weight * share, text) for e in self._evidence for text, share in e.shares()]
+        shares = [(e, e.shares()) for e in self._evidence]  # once: the weights and support
+        parts = [(e.weight * share, text) for e, pairs in shares for text, share in pairs]
         total = sum(w for w, _ in parts) or 1.0
 
         by_length: dict[int, float] = defaultdict(float)
@@ -227,9 +228,7 @@ class PlateVote:
             confidence=confidence,
             reads=self._reads,
             evidence=len(self._evidence),
-            support=sum(
-                share for e in self._evidence for s, share in e.shares() if _within_one(s, text)
-            ),
+            support=sum(share for _, pairs in shares for s, share in pairs if _within_one(s, text)),
             exact=sum(e.counts.get(text, 0) for e in self._evidence),
             candidates=tuple((s, by_text[s] / total) for s in ranked),
             valid=valid,
