@@ -32,7 +32,13 @@ from converters.model_config import (
     render_plate_recognition,
     render_tensor_model,
 )
-from converters.paths import BLS_CODE_DIR, BLS_MODEL, MODEL_REPOSITORY, TEMPLATES
+from converters.paths import (
+    BLS_CODE_DIR,
+    BLS_MODEL,
+    MODEL_REPOSITORY,
+    TEMPLATES,
+    import_plate_ops,
+)
 
 #: Largest |eager - TorchScript| accepted for the recognisers.
 MAX_EXPORT_DIFFERENCE = 1e-5
@@ -260,7 +266,7 @@ def build(options: BuildOptions, progress: Callable[[str], None] = print) -> Pat
             conf_threshold=options.conf_threshold,
             iou_threshold=options.iou_threshold,
             max_plates=options.max_plates,
-            crop_pad_ratio=0.2,
+            crop_pad_ratio=import_plate_ops().CROP_PAD_RATIO,
         )
         parse_config(bls_config, f"{BLS_MODEL}/config.pbtxt")
         (staging / BLS_MODEL / "1").mkdir(parents=True)

@@ -91,8 +91,9 @@ def test_openvino_reads_the_van_plate_like_torchscript(
     car = _car_1920x1080()
     (reference,) = _read(torchscript_server, [car])
     (plates,) = _read(openvino_server, [car])
-    assert "B840OK197" in [p[2] for p in reference]
-    assert "B840OK197" in [p[2] for p in plates]
+    # The detector's box at the default crop padding reads the plate right on both runtimes.
+    assert "B840CK197" in [p[2] for p in reference]
+    assert "B840CK197" in [p[2] for p in plates]
     _assert_same_plates(reference, plates, "car.jpg")
 
 

@@ -106,7 +106,7 @@ def test_unletterbox_clips_to_frame() -> None:
 def test_crop_plates_pads_height_and_normalises() -> None:
     frame = np.full((100, 200, 3), 255, np.uint8)
     frame[40:60, 50:150] = 0  # the "plate": a dark band 20 px high
-    crops = plate_ops.crop_plates(frame, np.array([[50, 40, 150, 60]], np.float32))
+    crops = plate_ops.crop_plates(frame, np.array([[50, 40, 150, 60]], np.float32), 0.2)
     assert crops.shape == (1, 3, 24, 94)
     # 20 % of 20 px = 4 px of white above and below out of 28 px: ~3.4 rows of 24 at each edge.
     column = crops[0, 0, :, 47]
@@ -167,3 +167,30 @@ def test_ctc_confidence_drops_with_uncertainty() -> None:
 def test_validate_frame_names_the_problem(frame: np.ndarray, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         plate_ops.validate_frame(frame)
+
+
+def test_char_probabilities_follow_the_best_path() -> None:
+    sure = _logits_for("O-5-6-7-A-M-7-6---")
+    unsure = _logits_for("BB8--44-00KK1-99-7")
+    unsure[plate_ops.VOCAB.index("C"), 0] = 9.5  # the first step doubts B against C
+    probs = plate_ops.char_probabilities(np.stack([sure, unsure]))
+    texts, _ = plate_ops.ctc_greedy_decode(np.stack([sure, unsure]))
+    assert (
+        probs.shape == (2, 8, len(plate_ops.ALPHABET))
+        and plate_ops.ALPHABET == "0123456789ABEKMHOPCTYX"
+    )
+    for n, text in enumerate(texts):
+        best = "".join(plate_ops.ALPHABET[i] for i in probs[n, : len(text)].argmax(axis=1))
+        assert best == text
+        np.testing.assert_allclose(probs[n, : len(text)].sum(axis=1), 1.0, rtol=1e-5)
+    # B's run is two steps: the doubt of one is averaged over both.
+    b, c = plate_ops.ALPHABET.index("B"), plate_ops.ALPHABET.index("C")
+    assert 0.55 < probs[1, 0, b] < 0.9 and 0.1 < probs[1, 0, c] < 0.45
+    assert probs[1, 1, plate_ops.ALPHABET.index("8")] > 0.99
+
+
+def test_char_probabilities_of_empty_texts_are_zero_rows() -> None:
+    probs = plate_ops.char_probabilities(_logits_for("-" * 18)[None])
+    assert probs.shape == (1, 1, len(plate_ops.ALPHABET)) and not probs.any()
+    with pytest.raises(ValueError, match="logits"):
+        plate_ops.char_probabilities(np.zeros((1, 5, 18), np.float32))

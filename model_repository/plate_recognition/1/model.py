@@ -3,7 +3,9 @@
 For each request (one frame, UINT8 HxWx3 BGR, any size):
     letterbox -> detector -> head decode + NMS -> crops -> stn -> lprnet -> CTC decode
 and one response with the outputs ``boxes`` [N, 4] (x1, y1, x2, y2 in frame
-pixels), ``det_scores`` [N], ``texts`` [N] and ``text_scores`` [N], sent with the
+pixels), ``det_scores`` [N], ``texts`` [N], ``text_scores`` [N], ``char_probs``
+[N, L, A] (per character of each text, the probability of each character of
+``alphabet``; see ``plate_ops.char_probabilities``) and ``alphabet`` [1], sent with the
 FINAL flag (also when N is 0: the aio gRPC client cannot ask for an empty final
 response). A bad request gets an error response; the others are not affected.
 
@@ -144,7 +146,12 @@ class TritonPythonModel:
         head = await self._infer(self.detector, detector_input[None], deadline)
         detections = await asyncio.to_thread(self._postprocess, head[0], transform, frame.shape)
         if len(detections) == 0:
-            return self._response(detections, [], np.zeros((0,), np.float32))
+            return self._response(
+                detections,
+                [],
+                np.zeros((0,), np.float32),
+                np.zeros((0, 1, len(plate_ops.ALPHABET)), np.float32),
+            )
 
         deadline.check("recognisers")
         crops = await asyncio.to_thread(
@@ -152,7 +159,8 @@ class TritonPythonModel:
         )
         logits = await self._recognise_crops(crops, deadline)
         texts, text_scores = plate_ops.ctc_greedy_decode(logits)
-        return self._response(detections, texts, text_scores)
+        char_probs = plate_ops.char_probabilities(logits)
+        return self._response(detections, texts, text_scores, char_probs)
 
     def _postprocess(
         self, head: np.ndarray, transform: plate_ops.Letterbox, frame_shape: tuple[int, ...]
@@ -193,7 +201,10 @@ class TritonPythonModel:
 
     @staticmethod
     def _response(
-        detections: plate_ops.Detections, texts: list[str], text_scores: np.ndarray
+        detections: plate_ops.Detections,
+        texts: list[str],
+        text_scores: np.ndarray,
+        char_probs: np.ndarray,
     ) -> Any:
         return pb_utils.InferenceResponse(
             output_tensors=[
@@ -201,6 +212,8 @@ class TritonPythonModel:
                 pb_utils.Tensor("det_scores", detections.scores.astype(np.float32)),
                 pb_utils.Tensor("texts", np.array([t.encode() for t in texts], dtype=np.object_)),
                 pb_utils.Tensor("text_scores", np.asarray(text_scores, dtype=np.float32)),
+                pb_utils.Tensor("char_probs", np.asarray(char_probs, dtype=np.float32)),
+                pb_utils.Tensor("alphabet", np.array([plate_ops.ALPHABET.encode()], np.object_)),
             ]
         )
 

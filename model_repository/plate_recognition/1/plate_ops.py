@@ -8,7 +8,7 @@ OpenCV.
 
 Pipeline for one BGR frame:
     letterbox -> detector -> decode_detections (v5 or v8 head) -> NMS
-    -> crop_plates (20 % height padding, 94x24 cubic, normalised)
+    -> crop_plates (5 % height padding, 94x24 cubic, normalised)
     -> stn -> lprnet -> ctc_greedy_decode
 """
 
@@ -26,8 +26,14 @@ VOCAB = "0123456789ABEKMHOPCTYX-"
 BLANK_INDEX = len(VOCAB) - 1
 #: LPRNet input, width x height, as OpenCV sizes are given.
 PLATE_SIZE_WH = (94, 24)
-#: The original pipeline pads each box by this fraction of its height above and below.
-CROP_PAD_RATIO = 0.2
+#: The seed pipeline padded its boxes by this fraction of their height above and below.
+SEED_PAD_RATIO = 0.2
+#: The detector's boxes are padded by this fraction of their height above and below. They
+#: already hold a margin round the characters (the seed's boxes did not), and padded by the
+#: seed's 0.2 the recogniser misreads them: the yard clip's black car reads C567AM76 instead
+#: of O567AM76 in most frames once re-encoded or scaled, the van B840OK197. At 0.05 both
+#: read right in nearly every frame (`python -m bench.crop_padding`, docs/ACCURACY.md).
+CROP_PAD_RATIO = 0.05
 #: Ultralytics letterboxes with this grey.
 LETTERBOX_PAD_VALUE = 114
 
@@ -188,7 +194,7 @@ def unletterbox_boxes(
 def crop_plates(
     frame_bgr: np.ndarray, boxes: np.ndarray, pad_ratio: float = CROP_PAD_RATIO
 ) -> np.ndarray:
-    """Crop each box as the original pipeline did and preprocess it for the STN.
+    """Crop each box and preprocess it for the STN, as the seed pipeline did.
 
     The box is padded by ``pad_ratio`` of its height above and below, cut with
     integer truncation, resized to 94x24 with cubic interpolation and scaled to
@@ -236,3 +242,50 @@ def ctc_greedy_decode(logits: np.ndarray) -> tuple[list[str], np.ndarray]:
             previous = symbol
         texts.append("".join(chars))
     return texts, confidences
+
+
+#: The characters ``char_probabilities`` gives a probability for, in its column order.
+ALPHABET = VOCAB[:BLANK_INDEX]
+
+
+def char_probabilities(logits: np.ndarray) -> np.ndarray:
+    """Per-character probabilities of the best-path texts of ``ctc_greedy_decode``.
+
+    Each character of a best-path text comes from a run of time steps whose most
+    likely symbol is that character; its row is the softmax averaged over those
+    steps, blank left out and renormalised over ``ALPHABET``: what the network
+    thought that character could be (``O`` 0.6, ``C`` 0.3, ...). This is the CTC
+    alignment of the best path, so row ``i`` belongs to character ``i`` of the text.
+
+    Returns float32 ``[N, L, len(ALPHABET)]``, ``L`` the longest text (at least 1);
+    the rows past a text's length are zeros.
+    """
+    if logits.ndim != 3 or logits.shape[1] != len(VOCAB):
+        raise ValueError(
+            f"LPRNet logits must be [N, {len(VOCAB)}, steps], got {list(logits.shape)}"
+        )
+    shifted = logits - logits.max(axis=1, keepdims=True)
+    probs = np.exp(shifted)
+    probs /= probs.sum(axis=1, keepdims=True)  # [N, classes, steps]
+    best = probs.argmax(axis=1)  # [N, steps]
+    rows: list[list[np.ndarray]] = []
+    for n, path in enumerate(best.tolist()):
+        runs: list[list[int]] = []
+        previous = BLANK_INDEX
+        for t, symbol in enumerate(path):
+            if symbol != BLANK_INDEX:
+                if symbol != previous:
+                    runs.append([t])
+                else:
+                    runs[-1].append(t)
+            previous = symbol
+        plate = []
+        for steps in runs:
+            row = probs[n, :BLANK_INDEX, steps].mean(axis=0)
+            plate.append(row / max(float(row.sum()), 1e-12))
+        rows.append(plate)
+    out = np.zeros((len(rows), max([1, *map(len, rows)]), len(ALPHABET)), np.float32)
+    for n, plate in enumerate(rows):
+        if plate:
+            out[n, : len(plate)] = plate
+    return out
