@@ -50,6 +50,7 @@ from pydantic.fields import FieldInfo
 
 from streamer import evidence
 from streamer.known_plates import PLATE_ENTRY, KnownList, KnownPlates
+from streamer.passes import MIN_CONFIDENCE
 from streamer.plate_formats import RUSSIAN_FORMATS
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -660,15 +661,23 @@ class EventsConfig(_Section):
         le=1000,
         description="Readings exactly equal to a track's text before it may be reported.",
     )
+    min_confidence: float = Field(
+        MIN_CONFIDENCE,
+        ge=0,
+        le=1,
+        description="Confidence (the text's probability among the valid plates, from the "
+        "fused character probabilities) a track needs to be reported at all; below it the "
+        'pass is withheld (lpr_passes_withheld_total{reason="low_confidence"}).',
+    )
     confident_reads: int = Field(
         10,
         ge=1,
         le=10_000,
-        description="Pieces of evidence after which a track is reported at once if one text "
-        "has confident_share of them (>= min_reads).",
+        description="Pieces of evidence after which a track is reported at once if its text "
+        "has confident_share confidence and they back it (>= min_reads).",
     )
     confident_share: float = Field(
-        0.8, ge=0.5, le=1, description="Share of readings the winning text needs to report early."
+        0.8, ge=0.5, le=1, description="Confidence a track's text needs to be reported early."
     )
     confident_span_s: float = Field(
         2.0,

@@ -71,6 +71,8 @@ class PlateEvent:
     voted_text: str | None = None
     #: Stream seconds from the pass's first read to this decision.
     decided_after_s: float = 0.0
+    #: Per character of the voted text, its fused probability.
+    char_confidence: tuple[float, ...] = ()
 
     @property
     def type(self) -> str:
@@ -90,6 +92,7 @@ class PlateEvent:
             "camera": self.camera,
             "text": self.text,
             "confidence": round(self.confidence, 4),
+            "char_confidence": [round(c, 3) for c in self.char_confidence],
             "candidates": [{"text": t, "score": round(s, 4)} for t, s in self.candidates],
             "track_id": self.track_id,
             "reads": self.reads,
@@ -160,6 +163,7 @@ async def build_event(plate_pass: PlatePass, jpeg_quality: int) -> PlateEvent:
         alert=plate_pass.match is not None and plate_pass.match.alert,
         voted_text=plate_pass.voted_text,
         decided_after_s=plate_pass.decided_after_s,
+        char_confidence=plate_pass.char_confidence,
     )
 
 

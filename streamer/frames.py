@@ -59,6 +59,12 @@ class Frame:
         return int(pixels.shape[1] if isinstance(pixels, np.ndarray) else pixels.width)
 
 
+#: Per position of a text, the characters it could be with their probabilities.
+CharProbs = tuple[tuple[tuple[str, float], ...], ...]
+#: Character probabilities below this are not kept in ``PlateReading.char_probs``.
+CHAR_PROB_FLOOR = 0.01
+
+
 @dataclass(frozen=True, slots=True)
 class PlateReading:
     """One plate found in one frame by the ``plate_recognition`` model."""
@@ -67,6 +73,10 @@ class PlateReading:
     det_score: float
     text: str
     text_score: float
+    #: Per character of ``text``, what it could be: ``(character, probability)`` pairs,
+    #: most likely first, the unlikely ones (< ``CHAR_PROB_FLOOR``) left out. None: only
+    #: the text is known (each character then counts as certain).
+    char_probs: CharProbs | None = None
 
     @property
     def width(self) -> float:

@@ -42,12 +42,12 @@ import tritonclient.grpc.aio as aioclient
 from tritonclient.grpc import InferInput, InferRequestedOutput, InferResult
 
 from streamer.config import TritonConfig
-from streamer.frames import Frame, PlateReading
+from streamer.frames import CHAR_PROB_FLOOR, CharProbs, Frame, PlateReading
 from streamer.scheduler import AdaptiveWindow, FairScheduler, Permit
 
 LOG = logging.getLogger(__name__)
 
-OUTPUTS = ("boxes", "det_scores", "texts", "text_scores")
+OUTPUTS = ("boxes", "det_scores", "texts", "text_scores", "char_probs", "alphabet")
 #: What the BLS model (model_repository/plate_recognition/1/model.py) and Triton's queue
 #: policy say when a request's timeout has passed.
 DEADLINE_MARKERS = ("deadline exceeded", "request timeout expired")
@@ -410,21 +410,56 @@ def _image_input(frame: Frame) -> InferInput:
 
 
 def _parse(result: InferResult) -> tuple[PlateReading, ...]:
-    boxes = result.as_numpy("boxes")
-    scores = result.as_numpy("det_scores")
-    texts = result.as_numpy("texts")
-    text_scores = result.as_numpy("text_scores")
-    if boxes is None or scores is None or texts is None or text_scores is None:
-        raise ValueError("missing outputs")
+    outputs = {name: result.as_numpy(name) for name in OUTPUTS}
+    missing = [name for name, value in outputs.items() if value is None]
+    if missing:
+        raise ValueError(
+            f"missing outputs {', '.join(missing)} (a model repository older than this "
+            "streamer? rebuild it: make models)"
+        )
+    boxes, scores, texts, text_scores, char_probs, alphabet_out = outputs.values()
+    assert boxes is not None and scores is not None and texts is not None
+    assert text_scores is not None and char_probs is not None and alphabet_out is not None
+    alphabet = _text(alphabet_out.reshape(-1)[0])
+    decoded = [_text(t) for t in texts]
+    n = len(decoded)
+    if char_probs.ndim != 3 or char_probs.shape[0] != n or char_probs.shape[2] != len(alphabet):
+        raise ValueError(
+            f"char_probs must be [{n}, L, {len(alphabet)}], got {list(char_probs.shape)}"
+        )
+    if any(len(text) > char_probs.shape[1] for text in decoded):
+        raise ValueError(f"char_probs has {char_probs.shape[1]} rows, fewer than a text")
     return tuple(
         PlateReading(
             box=(float(b[0]), float(b[1]), float(b[2]), float(b[3])),
             det_score=float(s),
-            text=t.decode() if isinstance(t, bytes) else str(t),
+            text=text,
             text_score=float(ts),
+            char_probs=_sparse(rows[: len(text)], alphabet),
         )
-        for b, s, t, ts in zip(boxes.reshape(-1, 4), scores, texts, text_scores, strict=True)
+        for b, s, text, ts, rows in zip(
+            boxes.reshape(-1, 4), scores, decoded, text_scores, char_probs, strict=True
+        )
     )
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _sparse(rows: np.ndarray, alphabet: str) -> CharProbs:
+    """Each row's likely characters, most likely first (see ``PlateReading.char_probs``)."""
+    out = []
+    for row in rows:
+        order = np.argsort(-row, kind="stable")
+        out.append(
+            tuple(
+                (alphabet[i], round(float(row[i]), 4))
+                for i in order.tolist()
+                if row[i] >= CHAR_PROB_FLOOR
+            )
+        )
+    return tuple(out)
 
 
 def _short(exc: BaseException) -> str:

@@ -15,9 +15,11 @@ a still image again is not new evidence) and reports a track once, as a
 - ``track_ended``: the track was unseen for the tracker's buffer;
 - ``flush``: the stream ended (``flush()``) or its time went backwards;
 
-and only if the vote is then valid with at least ``min_reads`` reads equal to
-it. The same text is reported at most once per ``dedup_window_s`` on this
-camera.
+and only if the vote is then valid, with at least ``min_reads`` reads equal to
+it and a confidence (streamer/fusion.py: its text's probability among the valid
+plates) of at least ``min_confidence`` or a match in the known plates; a track
+that ends short of it is not reported (``unsure`` counts them). The same text is
+reported at most once per ``dedup_window_s`` on this camera.
 
 With ``updates`` on, a reported track goes on collecting evidence; when its
 vote changes to another text that is confident, or that it ends on, the pass
@@ -62,6 +64,9 @@ _NO_IMAGE.flags.writeable = False
 
 #: Pieces of evidence a track needs before ``max_delay`` may report it.
 MAX_DELAY_MIN_EVIDENCE = 2
+#: The confidence a pass needs to be reported at all (``events.min_confidence``), chosen on
+#: the labelled set (docs/ACCURACY.md, its calibration table).
+MIN_CONFIDENCE = 0.5
 
 #: Why a pass was reported (see the module docstring).
 PassReason = Literal["confident", "track_ended", "max_delay", "flush"]
@@ -91,10 +96,11 @@ class PassParams:
     """When a tracked plate is reported.
 
     ``min_reads``: reads exactly equal to the voted text needed to report at
-    all; the guard against a consensus no frame showed. ``confident_reads`` /
+    all; the guard against a consensus no frame showed. ``min_confidence``: the
+    vote's confidence needed to report at all. ``confident_reads`` /
     ``confident_share`` / ``confident_span_s``: an early report needs this
-    many pieces of evidence within one edit of the text, this least
-    per-position share, and evidence spanning this many stream seconds; higher
+    many pieces of evidence within one edit of the text, this confidence, and
+    evidence spanning this many stream seconds; higher
     means later but surer. ``max_delay_s``: after this long since a track was
     first seen it is reported as soon as it qualifies (``decide: fast``).
     ``dedup_window_s``: the same text is not reported twice on a camera within
@@ -103,6 +109,7 @@ class PassParams:
     """
 
     min_reads: int = 2
+    min_confidence: float = MIN_CONFIDENCE
     confident_reads: int = 10
     confident_share: float = 0.8
     confident_span_s: float = 2.0
@@ -118,8 +125,10 @@ class PassParams:
             raise ValueError(f"min_reads must be >= 1, got {self.min_reads}")
         if self.confident_reads < 1:
             raise ValueError(f"confident_reads must be >= 1, got {self.confident_reads}")
-        if not 0.0 <= self.confident_share <= 1.0:
-            raise ValueError(f"confident_share must be in [0, 1], got {self.confident_share}")
+        for name in ("min_confidence", "confident_share"):
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1], got {value}")
         for name in ("confident_span_s", "max_delay_s", "dedup_window_s"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0.0):
@@ -167,6 +176,8 @@ class PlatePass:
     voted_text: str | None = None
     #: Stream seconds from the track's first read to this decision.
     decided_after_s: float = 0.0
+    #: Per character of the vote's text, its fused probability.
+    char_confidence: tuple[float, ...] = ()
 
 
 @dataclass(slots=True)
@@ -198,7 +209,8 @@ class PassDetector:
     """Vehicle passes of one camera; feed it every processed frame in order.
 
     ``suppressed`` counts the passes not reported because the same text was
-    reported within ``dedup_window_s``; ``corrections`` the updates reported.
+    reported within ``dedup_window_s``; ``unsure`` the tracks that ended valid but
+    short of ``min_confidence``; ``corrections`` the updates reported.
     """
 
     def __init__(
@@ -216,6 +228,7 @@ class PassDetector:
         self.formats = formats or PlateFormats()
         self.min_text_score = min_text_score
         self.suppressed = 0
+        self.unsure = 0
         self.corrections = 0
         self.last_tracked: tuple[TrackedPlate, ...] = ()
         self._tracker = PlateTracker(tracker)
@@ -356,7 +369,9 @@ class PassDetector:
         new = evidence.is_new(
             state.anchor, image, plate.box, p.evidence_min_change, p.evidence_min_shift
         )
-        if state.vote.add(plate.text, plate.text_score, plate.det_score, t, new=new):
+        if state.vote.add(
+            plate.text, plate.text_score, plate.det_score, t, new=new, char_probs=plate.char_probs
+        ):
             if new:
                 state.anchor = evidence.Sample.of(image, plate.box)
             # The best read is one the vote kept: any kept read beats the ones it ignored.
@@ -365,7 +380,14 @@ class PassDetector:
                 state.best, state.best_frame, state.best_weight = plate, frame, weight
 
     def _qualifies(self, vote: VoteResult) -> bool:
-        return vote.valid and vote.exact >= self.params.min_reads
+        p = self.params
+        if not (vote.valid and vote.exact >= p.min_reads):
+            return False
+        # A known plate within its list's distance is reported however unsure the read: the
+        # list is the evidence its owner gave (the match is only looked up when needed).
+        return vote.confidence >= p.min_confidence or (
+            bool(self.known) and self.known.match(vote.text) is not None
+        )
 
     def _end(self, tid: int, reason: PassReason, t: float) -> list[PlatePass]:
         self._done.pop(tid, None)
@@ -379,6 +401,13 @@ class PassDetector:
                 passes = self._report(tid, vote, reason, t)
             elif self._decided(vote)[0] != state.reported.text:
                 passes = self._correct(tid, vote, reason, t)
+        elif (
+            vote is not None
+            and state.reported is None
+            and vote.valid
+            and vote.exact >= self.params.min_reads
+        ):
+            self.unsure += 1
         self._tracks.pop(tid, None)
         return passes
 
@@ -460,4 +489,5 @@ class PassDetector:
             match=match,
             voted_text=vote.text if reported.text != vote.text else None,
             decided_after_s=t - state.first_t,
+            char_confidence=vote.chars,
         )

@@ -379,6 +379,16 @@ class Service:
         ready = gauge("lpr_triton_ready", "1 while the stream to Triton is open.", [])
         ready.add_metric([], 1.0 if self.recognizer is not None and self.recognizer.ready else 0)
         families += [dropped, in_flight, tracks, up, ready]
+        withheld = counter(
+            "lpr_passes_withheld",
+            "Vehicle passes not reported, by reason: duplicate (the same text within "
+            "events.dedup_window_s) or low_confidence (under events.min_confidence).",
+            ["camera", "reason"],
+        )
+        for camera_name, c in self.cameras.items():
+            withheld.add_metric([camera_name, "duplicate"], c.pipeline.passes.suppressed)
+            withheld.add_metric([camera_name, "low_confidence"], c.pipeline.passes.unsure)
+        families.append(withheld)
         skipped = counter(
             "lpr_frames_skipped",
             "Sampled frames not sent on purpose, by reason: no_motion (the motion gate).",

@@ -7,21 +7,26 @@ it holds, and shares that weight among its texts in proportion to their reads'
 weights. A car waiting ten seconds at a barrier is then one piece of evidence,
 not fifty votes for whatever its still image happens to be misread as.
 
-The vote first picks the string length with the most weight, then votes every
-character position separately over the texts of that length: the consensus is
-the winning character of each position, and its confidence the smallest share
-a winning character had.
+The text is fused at the character level (streamer/fusion.py): each position's
+distribution is the weighted mean of the reads' character probabilities (the
+BLS model's, CTC-aligned), reads of the track's string length position by
+position and reads of other lengths aligned to it by edit operations; the text
+is the most probable string of those positions that a plate format accepts,
+and its confidence is that string's probability among the valid ones.
+
+The string length is chosen first: the length with the most weight whose fused
+positions give a valid plate (a ``Y836XH7`` with its last digit dropped is
+evidence for the first seven positions of ``Y836XH76``, not a plate of its
+own).
 
 Why per position: a plate read over many frames is often misread in a
 different place in each frame (``Y836XH7Y``, ``Y83CXO76``, ``YY36XH76``):
 no two reads may agree, yet every position is right in most of them.
 Frigate instead clusters whole reads by edit distance and keeps the heaviest
 cluster's best string; that never invents a string nobody read, but it can
-only return a read that was right as a whole. Per-position voting repairs such
-reads; its cost is that reads with an inserted or dropped character are left
-out (they sit in another length), and that a consensus can be a string that no
-frame showed. The format check guards that: when the consensus is not a valid
-plate, the heaviest valid string that was actually read is taken instead.
+only return a read that was right as a whole. Fusion repairs such reads; its
+cost is that the result can be a string that no frame showed, which is why a
+pass is only reported when enough reads equal it (``events.min_reads``).
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ from dataclasses import dataclass, field
 
 from rapidfuzz.distance import Levenshtein
 
+from streamer import fusion
+from streamer.frames import CharProbs
 from streamer.plate_formats import PlateFormats
 
 #: Pieces of evidence kept per track; beyond that the lightest one is dropped.
@@ -40,17 +47,19 @@ MAX_EVIDENCE = 200
 MAX_TEXTS_PER_EVIDENCE = 16
 #: Distinct strings listed in ``VoteResult.candidates``.
 CANDIDATES = 5
+#: String lengths tried, heaviest first, for a valid fused text.
+LENGTHS_TRIED = 3
 
 
 @dataclass(frozen=True, slots=True)
 class VoteResult:
     """The outcome of a vote.
 
-    ``confidence`` (0..1): for a consensus, the smallest per-position share
-    of the winning character; for a fallback string, its share of the total
-    weight. ``reads``: reads in the vote; ``evidence``: the pieces of evidence
-    they make; ``support``: evidence for ``text``, each piece counting the share
-    of its weight that reads within Levenshtein distance 1 of ``text`` have;
+    ``confidence`` (0..1): the probability of ``text`` among the valid plates,
+    from the fused character probabilities (streamer/fusion.py). ``reads``: reads
+    in the vote; ``evidence``: the pieces of evidence they make; ``support``:
+    evidence for ``text``, each piece counting the share of its weight that reads
+    within Levenshtein distance 1 of ``text`` have;
     ``exact``: reads equal to ``text``. ``candidates``: the heaviest distinct
     strings read, with their share of the total weight. ``first_t`` / ``last_t``:
     stream times of the first and the latest piece of evidence. ``tied``: the text won a
@@ -67,8 +76,10 @@ class VoteResult:
     valid: bool
     first_t: float
     last_t: float
-    #: A position (or, for a fallback, the whole string) that two choices share equally.
+    #: The next valid string is as probable as ``text``.
     tied: bool = False
+    #: Per character of ``text``, its fused probability.
+    chars: tuple[float, ...] = ()
 
     def is_confident(self, confident_reads: int, confident_share: float) -> bool:
         """Valid, backed by ``confident_reads`` pieces of evidence, ``confident_share`` sure."""
@@ -81,14 +92,19 @@ class VoteResult:
 
 @dataclass(slots=True)
 class _Evidence:
-    """The reads of one image: their summed weight and count per text."""
+    """The reads of one image: their summed weight and count per text, and per string
+    length the weighted sum of their character probabilities."""
 
     t: float  # stream time of its first read
     weight: float = 0.0  # its best read's weight: what the piece weighs in the vote
     texts: dict[str, float] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
+    #: length -> (summed weight, per position: character -> summed weight * probability)
+    rows: dict[int, tuple[float, list[fusion.Distribution]]] = field(default_factory=dict)
+    #: ``length_shares()`` until the next read (only the latest piece changes).
+    _shares: list[tuple[int, float, list[fusion.Distribution]]] | None = None
 
-    def add(self, text: str, weight: float) -> None:
+    def add(self, text: str, weight: float, char_probs: CharProbs | None) -> None:
         if text not in self.texts and len(self.texts) >= MAX_TEXTS_PER_EVIDENCE:
             lightest = min(self.texts, key=self.texts.__getitem__)
             if self.texts[lightest] >= weight:
@@ -97,6 +113,10 @@ class _Evidence:
         self.texts[text] = self.texts.get(text, 0.0) + weight
         self.counts[text] = self.counts.get(text, 0) + 1
         self.weight = max(self.weight, weight)
+        total, sums = self.rows.get(len(text), (0.0, [{} for _ in text]))
+        fusion.add_rows(sums, fusion.rows_of(text, char_probs), max(weight, 1e-9))
+        self.rows[len(text)] = (total + max(weight, 1e-9), sums)
+        self._shares = None
 
     def shares(self) -> list[tuple[str, float]]:
         """Each text with its share of this piece's reads' weight (sums to 1)."""
@@ -105,11 +125,12 @@ class _Evidence:
             return [(text, 1.0 / len(self.texts)) for text in self.texts]
         return [(text, w / total) for text, w in self.texts.items()]
 
-
-def _tied(weights: dict[str, float]) -> bool:
-    """Whether the heaviest two of ``weights`` weigh the same (an earlier read wins the tie)."""
-    top = sorted(weights.values(), reverse=True)[:2]
-    return len(top) == 2 and math.isclose(top[0], top[1], rel_tol=1e-9, abs_tol=1e-12)
+    def length_shares(self) -> list[tuple[int, float, list[fusion.Distribution]]]:
+        """Per string length: its share of this piece's weight and its mean probabilities."""
+        total = sum(w for w, _ in self.rows.values()) or 1.0
+        return [
+            (length, w / total, fusion.normalised(sums)) for length, (w, sums) in self.rows.items()
+        ]
 
 
 def _within_one(a: str, b: str) -> bool:
@@ -148,9 +169,17 @@ class PlateVote:
         return len(self._evidence)
 
     def add(
-        self, text: str, text_score: float, det_score: float, t: float, *, new: bool = True
+        self,
+        text: str,
+        text_score: float,
+        det_score: float,
+        t: float,
+        *,
+        new: bool = True,
+        char_probs: CharProbs | None = None,
     ) -> bool:
-        """Add one read; ``new``: its image is new evidence (else it joins the latest piece).
+        """Add one read; ``new``: its image is new evidence (else it joins the latest piece);
+        ``char_probs``: its character probabilities (None: each character is certain).
         Returns whether it was kept (empty or low-score reads are not)."""
         if not (math.isfinite(text_score) and math.isfinite(det_score) and math.isfinite(t)):
             raise ValueError(
@@ -168,7 +197,7 @@ class PlateVote:
                 lightest = min(range(len(self._evidence)), key=lambda i: self._evidence[i].weight)
                 del self._evidence[lightest]
             self._evidence.append(_Evidence(t))
-        self._evidence[-1].add(text, text_score * det_score)
+        self._evidence[-1].add(text, text_score * det_score, char_probs)
         self._reads += 1
         self._first_t = t if self._first_t is None else min(self._first_t, t)
         self._stale = True
@@ -188,51 +217,60 @@ class PlateVote:
         shares = [(e, e.shares()) for e in self._evidence]  # once: the weights and support
         parts = [(e.weight * share, text) for e, pairs in shares for text, share in pairs]
         total = sum(w for w, _ in parts) or 1.0
-
-        by_length: dict[int, float] = defaultdict(float)
         by_text: dict[str, float] = defaultdict(float)
         for w, text in parts:
-            by_length[len(text)] += w
             by_text[text] += w
-        length = max(by_length, key=by_length.__getitem__)
 
-        chars: list[str] = []
-        confidence = 1.0
-        tied = False
-        same_length = [(w, text) for w, text in parts if len(text) == length]
-        for i in range(length):
-            votes: dict[str, float] = defaultdict(float)
-            for w, text in same_length:
-                votes[text[i]] += w
-            winner = max(votes, key=votes.__getitem__)
-            chars.append(winner)
-            tied = tied or _tied(votes)
-            position_total = sum(votes.values())
-            share = votes[winner] / position_total if position_total > 0 else 0.0
-            confidence = min(confidence, share)
-        text = "".join(chars)
-
-        valid = self.formats.is_valid(text)
-        if not valid:
-            valid_texts = {s: by_text[s] for s in by_text if self.formats.is_valid(s)}
-            if valid_texts:
-                text = max(valid_texts, key=valid_texts.__getitem__)
-                confidence = by_text[text] / total
-                tied = _tied(valid_texts)
-                valid = True
+        # (weight, length, mean probabilities) per length of each piece.
+        rows = [
+            (e.weight * share, length, probs)
+            for e in self._evidence
+            for length, share, probs in e.length_shares()
+        ]
+        by_length: dict[int, float] = defaultdict(float)
+        for w, length, _ in rows:
+            by_length[length] += w
+        lengths = sorted(by_length, key=by_length.__getitem__, reverse=True)[:LENGTHS_TRIED]
+        decoded = None
+        for length in lengths:
+            attempt = self._fuse(rows, length)
+            if decoded is None or (attempt.valid and not decoded.valid):
+                decoded = attempt
+            if attempt.valid:
+                break
+        assert decoded is not None
+        text = decoded.text
 
         ranked = sorted(by_text, key=by_text.__getitem__, reverse=True)[:CANDIDATES]
         assert self._first_t is not None
         return VoteResult(
             text=text,
-            confidence=confidence,
+            confidence=decoded.confidence,
             reads=self._reads,
             evidence=len(self._evidence),
             support=sum(share for _, pairs in shares for s, share in pairs if _within_one(s, text)),
             exact=sum(e.counts.get(text, 0) for e in self._evidence),
             candidates=tuple((s, by_text[s] / total) for s in ranked),
-            valid=valid,
+            valid=decoded.valid,
             first_t=self._first_t,
             last_t=max(e.t for e in self._evidence),
-            tied=tied,
+            tied=decoded.tied,
+            chars=decoded.chars,
         )
+
+    def _fuse(
+        self, rows: list[tuple[float, int, list[fusion.Distribution]]], length: int
+    ) -> fusion.Decoded:
+        """The fused text of ``length`` characters: the reads of that length position by
+        position, then the others aligned to their best string."""
+        sums: list[fusion.Distribution] = [{} for _ in range(length)]
+        for w, n, probs in rows:
+            if n == length:
+                fusion.add_rows(sums, probs, w)
+        reference = fusion.best_text(sums)
+        for w, n, probs in rows:
+            if n != length:
+                for i, j in fusion.aligned_positions(fusion.best_text(probs), reference):
+                    for c, p in probs[i].items():
+                        sums[j][c] = sums[j].get(c, 0.0) + w * p
+        return fusion.decode(fusion.normalised(sums), self.formats)

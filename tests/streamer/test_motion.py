@@ -408,3 +408,10 @@ async def test_gating_skips_the_still_stretch_and_gives_the_same_events(
     assert f'lpr_frames_skipped_total{{camera="yard",reason="no_motion"}} {skipped:.1f}' in (
         exposition
     )
+    # The passes the detector withheld are exported too, by reason.
+    passes = service_on.cameras["yard"].pipeline.passes
+    for reason, count in (("duplicate", passes.suppressed), ("low_confidence", passes.unsure)):
+        assert (
+            f'lpr_passes_withheld_total{{camera="yard",reason="{reason}"}} {count:.1f}'
+            in exposition
+        )

@@ -13,8 +13,11 @@ from streamer.tracker import TrackerParams
 CAMERA = "yard"
 IMAGE = np.zeros((4, 4, 3), dtype=np.uint8)
 # The clip's reads below come without their pixels: every read counts as evidence, as on a
-# moving or noisy picture. Evidence itself is tested on images further down.
-EVERY_READ = {"evidence_min_change": 0.0, "evidence_min_shift": 0.0}
+# moving or noisy picture. Evidence itself is tested on images further down. They come
+# without character probabilities too, so each character counts as certain and reads that
+# disagree give a far lower confidence than the model's probabilities do: min_confidence is
+# off for them, and tested on its own further down.
+EVERY_READ = {"evidence_min_change": 0.0, "evidence_min_shift": 0.0, "min_confidence": 0.0}
 
 # ---- yard_cam.ts: 15 fps, 120 frames; the reads of the plate_recognition model, per frame.
 FPS = 15.0
@@ -193,6 +196,23 @@ def test_max_delay_waits_until_the_vote_qualifies() -> None:
     for result in _parked(texts):
         passes += [(p, result.frame.index) for p in detector.update(result)]
     assert [(p.text, p.reason, index) for p, index in passes] == [("A123BC77", "max_delay", 40)]
+
+
+@pytest.mark.parametrize(("min_confidence", "reported"), [(0.5, False), (0.3, True)])
+def test_a_pass_under_min_confidence_is_withheld(min_confidence: float, reported: bool) -> None:
+    # A parked plate whose first letter the network cannot tell: C 0.4, O 0.35, H 0.25.
+    doubt = (("C", 0.4), ("O", 0.35), ("H", 0.25))
+    probs = (doubt, *(((c, 1.0),) for c in "567AM76"))
+    params = PassParams(min_confidence=min_confidence)
+    detector = PassDetector(CAMERA, passes=params)
+    passes = []
+    for i in range(20):
+        plate = PlateReading(BLACK_BOX, 0.7, "C567AM76", 0.95, probs)
+        passes += detector.update(FrameResult(_frame(i, i / 5), (plate,)))
+    passes += detector.flush()
+    assert [p.text for p in passes] == (["C567AM76"] if reported else [])
+    assert [p.confidence for p in passes] == ([pytest.approx(0.4)] if reported else [])
+    assert detector.unsure == (0 if reported else 1)
 
 
 def test_a_track_ending_reports_it() -> None:

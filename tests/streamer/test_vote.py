@@ -36,10 +36,17 @@ def test_per_position_vote_repairs_reads(texts: list[str], exact: int, support: 
     assert 0.0 < result.confidence < 1.0
 
 
-def test_confidence_is_the_weakest_position() -> None:
+def test_a_character_no_format_allows_costs_no_confidence() -> None:
+    # The last position reads 6 three times and Y once: a letter cannot end a plate.
     result = _result([("Y836XH76", 0.9, 0.5)] * 3 + [("Y836XH7Y", 0.9, 0.5)])
-    assert result.confidence == pytest.approx(0.75)
+    assert (result.text, result.confidence) == ("Y836XH76", pytest.approx(1.0))
     assert result.candidates == (("Y836XH76", pytest.approx(0.75)), ("Y836XH7Y", 0.25))
+
+
+def test_confidence_is_the_texts_probability_among_valid_plates() -> None:
+    result = _result([("O567AM76", 0.9, 0.5)] * 3 + [("C567AM76", 0.9, 0.5)])
+    assert (result.text, result.confidence) == ("O567AM76", pytest.approx(0.75))
+    assert result.chars == pytest.approx((0.75, 1, 1, 1, 1, 1, 1, 1))
 
 
 @pytest.mark.parametrize(
@@ -85,12 +92,12 @@ def test_invalid_reads_only_give_an_invalid_result(texts: list[str]) -> None:
     assert not result.is_confident(1, 0.0)
 
 
-def test_invalid_consensus_falls_back_to_the_heaviest_valid_read() -> None:
-    # The consensus YY36XH76 is no plate format; Y836XH76 was read and is one.
+def test_the_formats_repair_a_digit_read_as_a_letter() -> None:
+    # Position 1 reads Y twice and 8 once; a letter cannot stand there, so it is the 8.
     reads = [("YY36XH76", 0.9, 0.5), ("YY36XH76", 0.9, 0.5), ("Y836XH76", 0.9, 0.5)]
     result = _result(reads)
     assert (result.text, result.valid) == ("Y836XH76", True)
-    assert result.confidence == pytest.approx(1 / 3)
+    assert result.confidence == pytest.approx(1.0)
     assert (result.exact, result.support) == (1, 3)
 
 
@@ -100,12 +107,18 @@ def test_the_heaviest_length_is_voted() -> None:
     assert (result.text, result.exact, result.support) == ("B840CK197", 3, 5)
 
 
-def test_an_invalid_heaviest_length_falls_back_to_a_valid_read() -> None:
-    # Y836XH7 (weight 3 x 0.57) wins the length vote, but is no plate.
+def test_an_invalid_heaviest_length_still_counts_for_the_positions_it_shares() -> None:
+    # Y836XH7 (weight 3 x 0.57) wins the length vote, but no format has its length: the
+    # plate is Y836XH76, and the short reads back its first seven characters.
     reads = [("Y836XH7", 0.95, 0.6)] * 3 + [("Y836XH76", 0.9, 0.5)] * 2
     result = _result(reads)
     assert (result.text, result.valid, result.exact) == ("Y836XH76", True, 2)
-    assert result.confidence == pytest.approx(0.9 / (0.9 + 3 * 0.95 * 0.6))
+    assert result.confidence == pytest.approx(1.0)
+    # Short reads that disagree at a shared position outweigh the full ones there.
+    reads = [("C836XH7", 0.95, 0.6)] * 3 + [("Y836XH76", 0.9, 0.5)] * 2
+    result = _result(reads)
+    assert result.text == "C836XH76"
+    assert result.chars[0] == pytest.approx(3 * 0.95 * 0.6 / (3 * 0.95 * 0.6 + 2 * 0.9 * 0.5))
 
 
 @pytest.mark.parametrize(
@@ -237,3 +250,56 @@ def test_a_tie_is_marked_and_a_plurality_is_not() -> None:
     result = plurality.result()
     assert result is not None and (result.text, result.tied) == ("O567AM76", False)
     assert result.confidence < 0.5
+
+
+def _probs(text: str, **doubts: dict[str, float]) -> tuple[tuple[tuple[str, float], ...], ...]:
+    """Per-character probabilities of ``text``: certain, except the positions named
+    ``p<index>`` (``p0={"C": 0.45, "O": 0.4, "H": 0.15}``)."""
+    rows = []
+    for i, c in enumerate(text):
+        row = doubts.get(f"p{i}", {c: 1.0})
+        rows.append(tuple(sorted(row.items(), key=lambda kv: -kv[1])))
+    return tuple(rows)
+
+
+def test_the_fused_probabilities_decide_not_the_best_paths() -> None:
+    # Three images whose best path is C567AM76, each barely (C 0.45, O 0.40), and two that
+    # read O567AM76 clearly: by text, C wins 3 to 2; by what the network saw, O does.
+    vote = PlateVote(PlateFormats())
+    unsure = _probs("C567AM76", p0={"C": 0.45, "O": 0.40, "H": 0.15})
+    sure = _probs("O567AM76", p0={"O": 0.9, "C": 0.1})
+    for i in range(3):
+        vote.add("C567AM76", 0.9, 0.5, t=float(i), char_probs=unsure)
+    for i in range(3, 5):
+        vote.add("O567AM76", 0.9, 0.5, t=float(i), char_probs=sure)
+    result = vote.result()
+    assert result is not None
+    assert result.text == "O567AM76"
+    assert result.chars[0] == pytest.approx((3 * 0.40 + 2 * 0.9) / 5)
+    assert result.confidence == pytest.approx(0.6)  # O 0.60 of O + C + H, all valid
+    assert result.exact == 2  # min_reads still counts reads equal to the text
+
+
+def test_a_digit_position_takes_the_likeliest_digit() -> None:
+    # The network's best path has a B where a digit must be; its second choice is 8.
+    vote = PlateVote(PlateFormats())
+    probs = _probs("O5B7AM76", p2={"B": 0.6, "8": 0.3, "6": 0.1})
+    vote.add("O5B7AM76", 0.9, 0.5, t=0.0, char_probs=probs)
+    result = vote.result()
+    assert result is not None
+    assert (result.text, result.valid) == ("O587AM76", True)
+    assert result.confidence == pytest.approx(0.3 / 0.4)  # 8 against 6, the valid rivals
+
+
+def test_reads_of_another_length_add_to_the_positions_they_share() -> None:
+    # Two 8-character reads cannot tell C from O; a 9-character read with an inserted 7
+    # (O5767AM76) sees an O clearly, and its first position counts.
+    vote = PlateVote(PlateFormats())
+    tie = _probs("C567AM76", p0={"C": 0.5, "O": 0.5})
+    vote.add("C567AM76", 0.9, 0.5, t=0.0, char_probs=tie)
+    vote.add("C567AM76", 0.9, 0.5, t=1.0, char_probs=tie)
+    vote.add("O5767AM76", 0.9, 0.5, t=2.0, char_probs=_probs("O5767AM76", p0={"O": 0.9, "C": 0.1}))
+    result = vote.result()
+    assert result is not None
+    assert result.text == "O567AM76"
+    assert result.chars[0] == pytest.approx((0.5 + 0.5 + 0.9) / 3)
