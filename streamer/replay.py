@@ -15,12 +15,13 @@ Each pass counts with its last version (a correction replaces what it corrects).
 Per camera and in total: ``correct`` (passes whose text is a plate of the truth,
 each plate counted as often as it is listed), ``wrong`` (a text not in the truth),
 ``duplicates`` (a plate of the truth reported more often than listed), ``missed``
-(listed but not reported), precision = correct / passes, recall = correct /
-listed, the corrections, the first reports that were wrong, and the median time
-from a pass's first read to its decision. Beside them, what the recogniser read
-frame by frame (the most frequent raw reads and how often), so that a low recall
-can be told apart: the recogniser never read the plate, or the decision rules
-did not take what it read.
+(listed but not reported), ``withheld`` (passes the service did not report
+because their confidence was under ``events.min_confidence``), precision =
+correct / passes, recall = correct / listed, the corrections, the first reports
+that were wrong, and the median time from a pass's first read to its decision.
+Beside them, what the recogniser read frame by frame (the most frequent raw reads
+and how often), so that a low recall can be told apart: the recogniser never
+read the plate, or the decision rules did not take what it read.
 """
 
 from __future__ import annotations
@@ -133,6 +134,10 @@ class ClipScore:
     #: Each missed plate with the frames the recogniser read it in, exactly: 0 means it was
     #: never read; under events.min_reads, too few to report; more, the vote chose otherwise.
     missed_reads: list[tuple[str, int]] = field(default_factory=list)
+    #: Each reported pass (last version) as (text, confidence, correct), by text.
+    passes: list[tuple[str, float, bool]] = field(default_factory=list)
+    #: Passes not reported because their confidence was under events.min_confidence.
+    withheld: int = 0
 
     @property
     def precision(self) -> float | None:
@@ -147,6 +152,9 @@ class ClipScore:
         data["precision"], data["recall"] = self.precision, self.recall
         data["top_reads"] = [{"text": t, "frames": n} for t, n in self.top_reads]
         data["missed_reads"] = [{"text": t, "frames": n} for t, n in self.missed_reads]
+        data["passes"] = [
+            {"text": t, "confidence": round(c, 4), "correct": ok} for t, c, ok in self.passes
+        ]
         return data
 
 
@@ -166,6 +174,7 @@ def score(
     events: Iterable[PlateEvent],
     reads: Counter[str],
     frames: int,
+    withheld: int = 0,
 ) -> ClipScore:
     """Score one camera's events (every version) against ``expected``."""
     messages = [e for e in events if e.camera == camera]
@@ -178,6 +187,12 @@ def score(
     duplicates = sum(max(0, n - want[t]) for t, n in got.items() if t in want)
     right_times = [e.decided_after_s for e in latest.values() if e.text in want]
     missed = sorted(t for t, n in want.items() if got[t] < n)
+    # A pass is correct while its plate has not been reported more often than listed.
+    left = Counter(want)
+    passes = []
+    for e in sorted(latest.values(), key=lambda e: (e.text, -e.confidence)):
+        passes.append((e.text, e.confidence, left[e.text] > 0))
+        left[e.text] -= 1
     return ClipScore(
         camera=camera,
         expected=sorted(expected),
@@ -192,6 +207,8 @@ def score(
         frames=frames,
         top_reads=reads.most_common(TOP_READS),
         missed_reads=[(t, reads[t]) for t in missed],
+        passes=passes,
+        withheld=withheld,
     )
 
 
@@ -210,7 +227,14 @@ async def run_replay(
     )
     code = await service.run()
     scores = [
-        score(camera, plates, collector.events, collector.reads[camera], collector.frames[camera])
+        score(
+            camera,
+            plates,
+            collector.events,
+            collector.reads[camera],
+            collector.frames[camera],
+            service.cameras[camera].pipeline.passes.unsure if camera in service.cameras else 0,
+        )
         for camera, plates in truth.items()
     ]
     return code, scores, totals(scores)
@@ -231,12 +255,56 @@ def totals(scores: list[ClipScore]) -> dict[str, Any]:
         "duplicates": sum(s.duplicates for s in scores),
         "missed": sum(s.missed for s in scores),
         "corrections": sum(s.corrections for s in scores),
+        "withheld": sum(s.withheld for s in scores),
         "wrong_first": sum(s.wrong_first for s in scores),
         "precision": correct / passes if passes else None,
         "recall": correct / listed if listed else None,
         "unreadable_clips_with_events": sum(1 for s in scores if not s.expected and s.reported),
         "median_decided_after_s": statistics.median(times) if times else None,
     }
+
+
+#: Upper bounds of the confidence bins of ``calibration``.
+CALIBRATION_BINS = (0.3, 0.5, 0.7, 0.9, 1.0)
+
+
+def calibration(scores: list[ClipScore]) -> list[dict[str, Any]]:
+    """How often a reported pass is right, by its confidence: a calibrated confidence is
+    right that often (a pass at 0.6 right about 6 times in 10)."""
+    bins = []
+    low = 0.0
+    for high in CALIBRATION_BINS:
+        inside = [
+            (c, ok)
+            for s in scores
+            for _, c, ok in s.passes
+            if low <= c < high or (high == CALIBRATION_BINS[-1] and c == high)
+        ]
+        bins.append(
+            {
+                "from": low,
+                "to": high,
+                "passes": len(inside),
+                "correct": sum(1 for _, ok in inside if ok),
+                "mean_confidence": sum(c for c, _ in inside) / len(inside) if inside else None,
+            }
+        )
+        low = high
+    return bins
+
+
+def calibration_markdown(bins: list[dict[str, Any]]) -> str:
+    rows = [
+        "| confidence | passes | correct | right (share) | mean confidence |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for b in bins:
+        share = b["correct"] / b["passes"] if b["passes"] else None
+        rows.append(
+            f"| {b['from']:.1f}-{b['to']:.1f} | {b['passes']} | {b['correct']} | "
+            f"{_ratio(share)} | {_ratio(b['mean_confidence'])} |"
+        )
+    return "\n".join(rows) + "\n"
 
 
 def _ratio(value: float | None) -> str:
@@ -247,18 +315,21 @@ def markdown(scores: list[ClipScore], total: dict[str, Any]) -> str:
     """The report as a Markdown table, a row per clip and one for the total."""
     formats = PlateFormats()
     rows = [
-        "| clip | expected | reported (last version) | correct | wrong | dup | missed "
-        "| corrections | precision | recall | decided after (s) | frames | recogniser's reads "
-        "(frames) | missed plates: frames read exactly |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| clip | expected | reported (last version, confidence) | correct | wrong | dup | missed "
+        "| withheld | corrections | precision | recall | decided after (s) | frames "
+        "| recogniser's reads (frames) | missed plates: frames read exactly |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- "
+        "| --- |",
     ]
     for s in scores:
         raw = ", ".join(f"{t}{'' if formats.is_valid(t) else '*'} ({n})" for t, n in s.top_reads)
         after = "-" if s.decided_after_s is None else f"{s.decided_after_s:.1f}"
+        reported = " ".join(f"{t} ({c:.2f})" for t, c, _ in s.passes)
         rows.append(
-            f"| {s.camera} | {' '.join(s.expected) or '(none)'} | "
-            f"{' '.join(s.reported) or '(none)'} | {s.correct} | {s.wrong} | {s.duplicates} | "
-            f"{s.missed} | {s.corrections} | {_ratio(s.precision)} | {_ratio(s.recall)} | "
+            f"| {s.camera} | {' '.join(s.expected) or '(none)'} | {reported or '(none)'} | "
+            f"{s.correct} | {s.wrong} | {s.duplicates} | "
+            f"{s.missed} | {s.withheld} | {s.corrections} | "
+            f"{_ratio(s.precision)} | {_ratio(s.recall)} | "
             f"{after} | {s.frames} | {raw or '(none)'} | "
             f"{', '.join(f'{t} ({n})' for t, n in s.missed_reads) or '-'} |"
         )
@@ -266,7 +337,8 @@ def markdown(scores: list[ClipScore], total: dict[str, Any]) -> str:
     rows.append(
         f"| **total** ({total['clips']} clips) | {total['expected']} | {total['passes']} | "
         f"{total['correct']} | {total['wrong']} | {total['duplicates']} | {total['missed']} | "
-        f"{total['corrections']} | {_ratio(total['precision'])} | {_ratio(total['recall'])} | "
+        f"{total['withheld']} | {total['corrections']} | "
+        f"{_ratio(total['precision'])} | {_ratio(total['recall'])} | "
         f"{'-' if after is None else f'{after:.1f}'} | | | |"
     )
     return "\n".join(rows) + "\n"

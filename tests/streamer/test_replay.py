@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import time
@@ -15,20 +16,22 @@ from converters import assets
 from streamer import cli
 from streamer.config import ConfigError
 from streamer.events import PlateEvent, Sighting
-from streamer.replay import load_truth, score, totals
+from streamer.replay import calibration, calibration_markdown, load_truth, score, totals
 from streamer.triton_server import EmbeddedTriton
 
 CLIP = assets.verify(assets.asset("yard_cam.ts"), assets.default_assets_dir())
 
 
-def _event(text: str, event_id: str, version: int = 1, camera: str = "yard") -> PlateEvent:
+def _event(
+    text: str, event_id: str, version: int = 1, camera: str = "yard", confidence: float = 0.9
+) -> PlateEvent:
     seen = Sighting("2026-12-01T12:00:00.000+00:00", 0.0)
     return PlateEvent(
         event_id=event_id,
         camera=camera,
         text=text,
-        confidence=0.9,
-        candidates=[(text, 0.9)],
+        confidence=confidence,
+        candidates=[(text, confidence)],
         track_id=1,
         reads=10,
         evidence=5,
@@ -60,6 +63,34 @@ def test_a_pass_counts_with_its_last_version() -> None:
     assert (s.corrections, s.wrong_first) == (1, 2)  # C567AM76 (then corrected), B840CK197
     assert (s.precision, s.recall) == (0.5, pytest.approx(2 / 3))
     assert s.decided_after_s == 2.0  # the median over the right passes: 4.0 (a v2), 2.0, 2.0
+
+
+def test_calibration_counts_right_passes_by_confidence() -> None:
+    events = [
+        _event("O567AM76", "a", confidence=0.95),
+        _event("O567AM76", "b", confidence=0.92),  # a duplicate: counted wrong
+        _event("C567AM76", "c", confidence=0.2),  # wrong
+        _event("Y836XH76", "d", confidence=0.25),
+        _event("A123BC77", "e", confidence=1.0),  # the top band includes 1.0
+    ]
+    s = score("yard", ["O567AM76", "Y836XH76", "A123BC77"], events, Counter(), 40)
+    assert s.passes == [
+        ("A123BC77", 1.0, True),
+        ("C567AM76", 0.2, False),
+        ("O567AM76", 0.95, True),  # the surer of the two is the one that counts right
+        ("O567AM76", 0.92, False),
+        ("Y836XH76", 0.25, True),
+    ]
+    bins = {(b["from"], b["to"]): (b["passes"], b["correct"]) for b in calibration([s])}
+    assert bins == {
+        (0.0, 0.3): (2, 1),
+        (0.3, 0.5): (0, 0),
+        (0.5, 0.7): (0, 0),
+        (0.7, 0.9): (0, 0),
+        (0.9, 1.0): (3, 2),
+    }
+    table = calibration_markdown(calibration([s]))
+    assert "| 0.0-0.3 | 2 | 1 | 0.50 | 0.23 |" in table and "| 0.3-0.5 | 0 | 0 | - | - |" in table
 
 
 def test_an_unreadable_clip_scores_by_its_events() -> None:
@@ -119,5 +150,15 @@ def test_replay_scores_the_clips_through_the_service(
         report["total"]["precision"] == 1.0 and report["total"]["unreadable_clips_with_events"] == 0
     )
     table = capsys.readouterr().out
-    assert "| yard | O567AM76 Y836XH76 | O567AM76 Y836XH76 | 2 | 0 |" in table
+    assert re.search(
+        r"\| yard \| O567AM76 Y836XH76 \| O567AM76 \(0\.\d\d\) Y836XH76 \(0\.\d\d\) \| 2 \| 0 \|",
+        table,
+    )
+    # Each pass with its confidence, and whether it was right.
+    assert [(p["text"], p["correct"]) for p in yard["passes"]] == [
+        ("O567AM76", True),
+        ("Y836XH76", True),
+    ]
+    assert all(0.0 < p["confidence"] <= 1.0 for p in yard["passes"])
+    assert yard["withheld"] == 0
     assert not (tmp_path / "outbox.sqlite3").exists()  # nothing was delivered, or stored
