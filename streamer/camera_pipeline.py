@@ -86,10 +86,24 @@ class CameraPipeline:
         self.last_result: FrameResult | None = None
 
     async def run(self) -> None:
-        """Until the camera's queue ends; then flush the tracker (every pass reported)."""
+        """Until the camera's queue ends; then flush the tracker (every pass reported).
+
+        If the collecting side raises (a bug, a hook that fails), the frames in flight are
+        cancelled and the exception is raised here: the supervisor runs the pipeline again,
+        on the same queue and tracker.
+        """
         # In-flight requests in frame order; the scheduler caps them at max_in_flight.
         in_order: asyncio.Queue[_InFlight | None] = asyncio.Queue(self.max_in_flight)
         collector = asyncio.create_task(self._collect(in_order), name=f"{self.camera}-collect")
+        feeder = asyncio.current_task()
+        feeding = True
+
+        def collector_done(task: asyncio.Task[None]) -> None:
+            # A crashed collector would leave the loop below blocked on a full queue.
+            if feeding and feeder is not None and not task.cancelled() and task.exception():
+                feeder.cancel()
+
+        collector.add_done_callback(collector_done)
         try:
             while (frame := await self.queue.get()) is not None:
                 permit = await self.inference.acquire(self.camera)
@@ -101,16 +115,27 @@ class CameraPipeline:
                 self.stats.sent += 1
                 await in_order.put((frame, task, sent_at))
             await in_order.put(None)
+            feeding = False
             await collector
+        except asyncio.CancelledError:
+            crash = None
+            if collector.done() and not collector.cancelled():
+                crash = collector.exception()
+            if crash is None or feeder is None:
+                raise
+            feeder.uncancel()  # the cancel was ours, to wake the loop: raise the crash instead
+            raise crash from None
         finally:
+            feeding = False
+            collector.remove_done_callback(collector_done)
             if not collector.done():
                 collector.cancel()
-                # Cancel what is still in flight; nothing waits on it any more.
-                while not in_order.empty():
-                    item = in_order.get_nowait()
-                    if item is not None:
-                        item[1].cancel()
-                await asyncio.gather(collector, return_exceptions=True)
+            # Cancel what is still in flight; nothing waits on it any more.
+            while not in_order.empty():
+                item = in_order.get_nowait()
+                if item is not None:
+                    item[1].cancel()
+            await asyncio.gather(collector, return_exceptions=True)
         await self.on_passes(self.passes.flush())
 
     def _freshest(self, frame: Frame) -> Frame:

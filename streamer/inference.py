@@ -30,6 +30,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import math
 import random
 import time
 from collections import deque
@@ -55,6 +56,10 @@ _US_PER_S = 1_000_000
 _OVERDUE_CHECK_S = 0.25
 #: Frames in flight before any latency is measured; the window grows from here.
 INITIAL_WINDOW = 2
+#: Consecutive frames the model answers with an error before the service is not ready.
+MODEL_ERRORS_NOT_READY = 3
+#: While the model keeps failing, its errors are logged at WARNING at most this often.
+MODEL_ERROR_LOG_EVERY_S = 30.0
 
 
 def scheduler_for(config: TritonConfig) -> FairScheduler:
@@ -140,11 +145,20 @@ class PlateRecognizer:
         self._generation = 0  # one per stream opened
         self._reset_reason: str | None = None
         self._opened = False  # the current stream got as far as open
+        #: Frames the model answered with an error since its last answer with plates.
+        self.consecutive_model_errors = 0
+        self.last_model_error: str | None = None
+        self._model_error_logged_at = -math.inf
 
     @property
     def ready(self) -> bool:
         """True while the stream to a ready server is open."""
         return self._connected.is_set()
+
+    @property
+    def model_failing(self) -> bool:
+        """The model answered the last ``MODEL_ERRORS_NOT_READY`` frames with errors."""
+        return self.consecutive_model_errors >= MODEL_ERRORS_NOT_READY
 
     @property
     def overdue_grace_s(self) -> float:
@@ -372,6 +386,8 @@ class PlateRecognizer:
             return
         if error:
             self.stats.failed += 1
+            if not deadline_error:
+                self._model_error(error)
             request.future.set_exception(
                 InferenceError(error, "deadline" if deadline_error else "model")
             )
@@ -383,7 +399,32 @@ class PlateRecognizer:
             request.future.set_exception(InferenceError(f"bad response: {exc}"))
             return
         self.stats.succeeded += 1
+        if self.model_failing:
+            LOG.warning(
+                "model %s answers again, after %d frames with errors",
+                self.model,
+                self.consecutive_model_errors,
+            )
+        self.consecutive_model_errors = 0
+        self._model_error_logged_at = -math.inf
         request.future.set_result(plates)
+
+    def _model_error(self, error: str) -> None:
+        """Count a model error. A run of them is logged once it makes the service not ready,
+        then at most every ``MODEL_ERROR_LOG_EVERY_S``; a lone error only counts (metrics)."""
+        self.consecutive_model_errors += 1
+        self.last_model_error = error.splitlines()[0][:300] if error else "error"
+        LOG.debug("model %s error: %s", self.model, self.last_model_error)
+        now = time.monotonic()
+        if self.model_failing and now - self._model_error_logged_at >= MODEL_ERROR_LOG_EVERY_S:
+            self._model_error_logged_at = now
+            LOG.warning(
+                "model %s at %s answers errors (%d in a row): %s",
+                self.model,
+                self.url,
+                self.consecutive_model_errors,
+                self.last_model_error,
+            )
 
     def _fail_all(self, reason: str) -> None:
         """The stream is gone: every frame submitted so far fails now and frees its permit."""

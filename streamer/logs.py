@@ -25,14 +25,17 @@ def scrub(text: str) -> str:
     return _QUERY_SECRET.sub(r"\g<key>***", text)
 
 
+_FORMATTER = logging.Formatter()
+
+
 class RedactingFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
         cleaned = scrub(message)
         if record.exc_info and record.exc_info[1] is not None:
-            # The traceback text is formatted later; keep the type, scrub the message.
-            exc = record.exc_info[1]
-            record.exc_text = scrub(f"{type(exc).__name__}: {exc}")
+            # Formatted here, once, so that the text can be scrubbed: the stack is kept, the
+            # secrets an exception message quotes are not.
+            record.exc_text = scrub(_FORMATTER.formatException(record.exc_info))
             record.exc_info = None
         if cleaned != message or record.args:
             record.msg, record.args = cleaned, None

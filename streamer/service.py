@@ -4,6 +4,12 @@ Start order: Triton (embedded unless a URL is configured) -> the inference
 stream -> sinks -> cameras. Stop order is the reverse: cameras stop decoding,
 their pipelines finish the frames in flight (bounded by the request deadline)
 and flush their trackers, events are written, then the stream, then Triton.
+
+Camera pipelines and the embedded Triton's watchdog run supervised
+(streamer/supervisor.py): a part that crashes is logged with its traceback and
+restarted with backoff; an embedded Triton that dies is restarted on the same
+ports (streamer/triton_watchdog.py). ``/readyz`` and the ``lpr_part_*`` metrics
+say which part is down.
 """
 
 from __future__ import annotations
@@ -30,8 +36,10 @@ from streamer.motion import MotionGate
 from streamer.ops_server import OpsServer
 from streamer.passes import PassDetector, PassParams, PlatePass
 from streamer.plate_formats import PlateFormats
+from streamer.supervisor import Supervisor
 from streamer.tracker import TrackerParams
 from streamer.triton_server import EmbeddedTriton
+from streamer.triton_watchdog import TritonWatchdog
 from streamer.view_source import CameraStatus, Snapshot
 from streamer.web import WebServer
 from streamer.webhooks import create_webhook_sink
@@ -89,6 +97,8 @@ class Service:
         self.settings = settings
         self.once = once
         self.triton: EmbeddedTriton | None = None
+        self.watchdog: TritonWatchdog | None = None
+        self.supervisor = Supervisor()
         self.recognizer: PlateRecognizer | None = None
         self.sinks: list[EventSink] = []
         self.extra_sinks = tuple(extra_sinks)
@@ -140,6 +150,8 @@ class Service:
             )
             await self.triton.astart()
             url = self.triton.grpc_url
+            self.watchdog = TritonWatchdog(self.triton)
+            self.supervisor.start("triton", self.watchdog.watch)
         self.recognizer = PlateRecognizer(
             url,
             triton.model,
@@ -170,9 +182,7 @@ class Service:
                 self.cameras[config.name] = self._camera(config)
         for camera in self.cameras.values():
             camera.source.start()
-            camera.task = asyncio.create_task(
-                camera.pipeline.run(), name=f"camera-{camera.config.name}"
-            )
+            camera.task = self.supervisor.start(f"camera-{camera.config.name}", camera.pipeline.run)
         LOG.info("running %d camera(s): %s", len(self.cameras), ", ".join(self.cameras))
 
     def _camera(self, config: CameraConfig) -> Camera:
@@ -310,8 +320,18 @@ class Service:
         return self.recent.find(event_id)
 
     def readiness(self) -> tuple[bool, dict[str, object]]:
-        """Ready when the Triton stream is open (model ready) and every sink is healthy."""
+        """Ready when the Triton stream is open (model ready), every sink is healthy and no
+        supervised part is waiting to restart."""
         triton_ready = self.recognizer is not None and self.recognizer.ready
+        parts = {name: part.to_dict() for name, part in self.supervisor.parts.items()}
+        parts_ok = all(part["state"] != "restarting" for part in parts.values())
+        recognizer = self.recognizer
+        if self.watchdog is not None and self.watchdog.state == "restarting":
+            triton_state = "restarting"
+        elif recognizer is not None and triton_ready and recognizer.model_failing:
+            triton_state = f"model {recognizer.model} failing: {recognizer.last_model_error}"
+        else:
+            triton_state = "ready" if triton_ready else "unavailable"
         sinks_ok = all(getattr(sink, "healthy", True) for sink in self.sinks)
         cameras = {
             name: {
@@ -321,12 +341,18 @@ class Service:
             }
             for name, camera in self.cameras.items()
         }
+        # Files loop outside --once, so a running service always has a camera to deliver.
+        delivering = sum(1 for c in self.cameras.values() if c.source.stats.state == "connected")
+        cameras_ok = not self.cameras or delivering > 0
         details: dict[str, object] = {
-            "triton": "ready" if triton_ready else "unavailable",
+            "triton": triton_state,
+            "cameras_delivering": delivering,
             "sinks": "ok" if sinks_ok else "failing",
             "cameras": cameras,
+            "parts": parts,
         }
-        return triton_ready and sinks_ok, details
+        ready = triton_ready and sinks_ok and parts_ok and cameras_ok and triton_state == "ready"
+        return ready, details
 
     def _collect_state(self) -> list[Metric]:
         """Counters kept by the decode threads and pipelines, read at scrape time."""
@@ -397,6 +423,19 @@ class Service:
         for camera_name, c in self.cameras.items():
             skipped.add_metric([camera_name, "no_motion"], c.source.stats.skipped_no_motion)
         families.append(skipped)
+        restarts = counter(
+            "lpr_part_restarts",
+            "Restarts of a supervised part (camera-<name>, triton) after it crashed or died.",
+            ["part"],
+        )
+        running = gauge("lpr_part_running", "1 while a supervised part runs.", ["part"])
+        for name, part in self.supervisor.parts.items():
+            count, up = part.restarts, part.state == "running"
+            if name == "triton" and self.watchdog is not None:  # it restarts the server itself
+                count, up = self.watchdog.restarts, up and self.watchdog.state == "running"
+            restarts.add_metric([name], count)
+            running.add_metric([name], 1.0 if up else 0.0)
+        families += [restarts, running]
         if self.recognizer is not None:
             families += self._inference_state(self.recognizer)
         return families
@@ -478,6 +517,7 @@ class Service:
             await sink.close()
         if self.recognizer is not None:
             await self.recognizer.close()
+        await self.supervisor.stop()  # the watchdog first: it must not restart Triton now
         if self.triton is not None:
             await self.triton.astop()
         if self.ops is not None:

@@ -384,6 +384,12 @@ class EmbeddedTriton:
         return proc is not None and proc.returncode is None and _alive(proc.pid)
 
     @property
+    def exit_code(self) -> int | None:
+        """The exit code of a server that has exited (negative: the signal), else None."""
+        proc = self._proc
+        return _exit_code(proc) if proc is not None else None
+
+    @property
     def shm_prefix(self) -> str:
         """Prefix of this server's Python-backend regions in /dev/shm ('' before start)."""
         return self._shm_prefix
@@ -439,6 +445,16 @@ class EmbeddedTriton:
         self._cancel.set()
         with self._lock:
             self._stop_locked(timeout_s)
+
+    def restart(self, timeout_s: float = 10.0) -> None:
+        """Stop what is left of the server (stubs, shared memory, the zombie) and start it
+        again on the same ports, so that its clients reconnect to the same address."""
+        with self._lock:
+            ports = self._ports
+            self._stop_locked(timeout_s)
+            if ports is not None:
+                self._requested_ports = ports
+        self.start()
 
     async def astart(self) -> None:
         """:meth:`start` in a worker thread.

@@ -41,4 +41,7 @@ def test_filter_scrubs_arguments_and_exceptions() -> None:
     line = json.loads(JsonFormatter().format(record))
     assert "topsecret" not in json.dumps(line)
     assert line["message"] == "camera rtsp://***:***@h/1 lost: x"
-    assert line["error"] == "ConnectionError: cannot open rtsp://***:***@h/1"
+    # The traceback is kept, its secrets are not.
+    assert line["error"].startswith("Traceback (most recent call last):")
+    assert "test_filter_scrubs_arguments_and_exceptions" in line["error"]  # the stack
+    assert line["error"].endswith("ConnectionError: cannot open rtsp://***:***@h/1")
