@@ -2,7 +2,10 @@
 
 ``python -m streamer run --config FILE [--once]``: the service. Runs until
 SIGINT/SIGTERM; with ``--once`` file cameras play once and it exits when every
-camera has ended and every event is written. A bad config exits with code 2.
+camera has ended and every event is written, after a line per camera (exit 1 when
+a camera never delivered a frame or Triton answered none). A bad config or
+usage exits with code 2; a start-up failure a user can fix (streamer/startup.py)
+with one line and code 1.
 
 ``python -m streamer replay --config FILE --truth TRUTH.yaml``: play the config's clips
 once, as fast as possible, and score the events against the truth (streamer/replay.py).
@@ -21,6 +24,7 @@ import json
 import logging
 import sys
 import threading
+import typing
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -175,6 +179,7 @@ def _cmd_recognise(args: argparse.Namespace) -> int:
 def _cmd_run(args: argparse.Namespace) -> int:
     from streamer.config import ConfigError, load_config
     from streamer.service import Service
+    from streamer.startup import StartupError
 
     try:
         settings = load_config(args.config)
@@ -182,12 +187,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     setup_logging(args.log_level or settings.log.level, settings.log.format)
-    return asyncio.run(Service(settings, once=args.once).run())
+    try:
+        return asyncio.run(Service(settings, once=args.once).run())
+    except StartupError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
     from streamer.config import ConfigError, load_config
     from streamer.replay import load_truth, markdown, replay_settings, report_json, run_replay
+    from streamer.startup import StartupError
 
     try:
         settings = load_config(args.config)
@@ -197,7 +207,11 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     setup_logging(args.log_level or settings.log.level, settings.log.format)
-    code, scores, total = asyncio.run(run_replay(settings, truth))
+    try:
+        code, scores, total = asyncio.run(run_replay(settings, truth))
+    except StartupError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     table = markdown(scores, total)
     print(table, end="")
     if args.json is not None:
@@ -235,6 +249,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.log_level is not None:
+        from streamer.config import LogConfig
+
+        levels = typing.get_args(LogConfig.model_fields["level"].annotation)
+        if args.log_level.upper() not in levels:
+            print(
+                f"error: --log-level must be one of {', '.join(levels)}, "
+                f"got {args.log_level!r}",
+                file=sys.stderr,
+            )
+            return 2
+        args.log_level = args.log_level.upper()
     setup_logging(args.log_level or "INFO")
     try:
         return int(args.func(args))

@@ -19,7 +19,9 @@ import contextlib
 import json
 import logging
 import signal
+import sys
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 
@@ -34,11 +36,18 @@ from streamer.ingest import CameraSource
 from streamer.metrics import Metrics, counter, gauge
 from streamer.motion import MotionGate
 from streamer.ops_server import OpsServer
+from streamer.outbox import OutboxError
 from streamer.passes import PassDetector, PassParams, PlatePass
 from streamer.plate_formats import PlateFormats
+from streamer.startup import (
+    check_model_repository,
+    listen_error,
+    outbox_error,
+    triton_start_error,
+)
 from streamer.supervisor import Supervisor
 from streamer.tracker import TrackerParams
-from streamer.triton_server import EmbeddedTriton
+from streamer.triton_server import EmbeddedTriton, TritonStartError
 from streamer.triton_watchdog import TritonWatchdog
 from streamer.view_source import CameraStatus, Snapshot
 from streamer.web import WebServer
@@ -106,6 +115,7 @@ class Service:
         self.cameras: dict[str, Camera] = {}
         self.recent = EventLog()
         self.events_emitted = 0  # passes reported (version 1)
+        self.events_by_camera: Counter[str] = Counter()
         self.updates_emitted = 0  # corrections (plate.updated)
         self.metrics = Metrics()
         self.metrics.add_collector(self._collect_state)
@@ -118,7 +128,11 @@ class Service:
         self._stop.set()
 
     async def run(self) -> int:
-        """Run until stopped (or, with ``once``, until every camera has ended)."""
+        """Run until stopped (or, with ``once``, until every camera has ended).
+
+        Returns 0; with ``once``, 1 when a camera never delivered a frame or Triton never
+        answered one (after printing a per-camera summary to stderr). Raises
+        :class:`StartupError` when a part cannot start."""
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError):
@@ -131,24 +145,56 @@ class Service:
             for signum in (signal.SIGINT, signal.SIGTERM):
                 with contextlib.suppress(NotImplementedError, RuntimeError):
                     loop.remove_signal_handler(signum)
-        return 0
+        return self._summary() if self.once else 0
+
+    def _summary(self) -> int:
+        """``--once``: a line per camera on stderr; 1 if a camera or Triton never delivered."""
+        code = 0
+        for name, camera in self.cameras.items():
+            source, stats = camera.source.stats, camera.pipeline.stats
+            line = (
+                f"{name}: {source.decoded} frames decoded, {stats.sent} sent, "
+                f"{stats.answered} answered, {stats.failed} failed, "
+                f"{self.events_by_camera[name]} events"
+            )
+            if source.decoded == 0:
+                line += f"; never delivered a frame ({source.last_error or 'no frames'})"
+                code = 1
+            elif stats.sent and not stats.answered:
+                line += "; Triton answered none of its frames"
+                code = 1
+            print(line, file=sys.stderr, flush=True)
+        return code
 
     async def _start(self) -> None:
-        if self.settings.metrics.enabled:
+        """Start every part; raises :class:`StartupError` (one line) for what a user can fix."""
+        metrics, web = self.settings.metrics, self.settings.web
+        if metrics.enabled:
             self.ops = OpsServer(self.metrics.registry, self.readiness)
-            await self.ops.start(self.settings.metrics.host, self.settings.metrics.port)
-        if self.settings.web.enabled:
-            self.web = WebServer(self, self.settings.web)
-            await self.web.start()
+            try:
+                await self.ops.start(metrics.host, metrics.port)
+            except OSError as exc:
+                raise listen_error(exc, metrics.host, metrics.port, "metrics.port") from None
+        if web.enabled:
+            self.web = WebServer(self, web)
+            try:
+                await self.web.start()
+            except OSError as exc:
+                raise listen_error(exc, web.host, web.port, "web.port") from None
         triton = self.settings.triton
         url = triton.url
         if url is None:
             repository = triton.model_repository
+            check_model_repository(repository)
             LOG.info("no Triton URL configured: starting an embedded CPU Triton on %s", repository)
             self.triton = EmbeddedTriton(
                 repository, startup_timeout_s=triton.embedded_startup_timeout_s
             )
-            await self.triton.astart()
+            try:
+                await self.triton.astart()
+            except TritonStartError as exc:
+                LOG.debug("the embedded Triton did not start: %s", exc)
+                raise triton_start_error(exc) from None
             url = self.triton.grpc_url
             self.watchdog = TritonWatchdog(self.triton)
             self.supervisor.start("triton", self.watchdog.watch)
@@ -172,7 +218,10 @@ class Service:
             self.sinks.append(JsonLinesSink.stdout(include_crop=False))
         if events.file is not None:
             self.sinks.append(JsonLinesSink(events.file))
-        webhooks = await create_webhook_sink(self.settings, self.metrics)
+        try:
+            webhooks = await create_webhook_sink(self.settings, self.metrics)
+        except OutboxError as exc:
+            raise outbox_error(self.settings.outbox.path, exc) from None
         if webhooks is not None:
             self.sinks.append(webhooks)
         self.sinks += self.extra_sinks
@@ -244,6 +293,7 @@ class Service:
                 after_s = time.monotonic() - event.first_seen_monotonic
                 if event.version == 1:
                     self.events_emitted += 1
+                    self.events_by_camera[event.camera] += 1
                     self.metrics.events.labels(event.camera).inc()
                     self.metrics.frame_to_event_latency.labels(event.camera).observe(after_s)
                     what = event.text
