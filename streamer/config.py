@@ -28,6 +28,7 @@ import difflib
 import os
 import re
 import types
+import typing
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
@@ -157,10 +158,35 @@ def _redact_text(text: str) -> str:
 # --------------------------------------------------------------------------- models
 
 
+#: Characters no config string may hold (a newline in a camera URL would forge log lines).
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
 class _Section(BaseModel):
-    """Base of every config model: unknown keys are errors, values are immutable."""
+    """Base of every config model: unknown keys are errors, values are immutable, strings
+    hold no control characters and numbers are not booleans (``sample_fps: true`` is not
+    1.0)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _plain_values(cls, value: Any, info: ValidationInfo) -> Any:
+        field = cls.model_fields.get(info.field_name or "")
+        if isinstance(value, bool) and field is not None and _wants_number(field.annotation):
+            raise ValueError(f"must be a number, got {str(value).lower()}")
+        for text in value if isinstance(value, list) else [value]:
+            if isinstance(text, str) and _CONTROL.search(text):
+                raise ValueError("must not contain control characters (newline, tab, ...)")
+        return value
+
+
+def _wants_number(annotation: Any) -> bool:
+    """Whether a field takes an int or a float and not a bool."""
+    kinds = {a for a in typing.get_args(annotation) if isinstance(a, type)} or {annotation}
+    for arg in typing.get_args(annotation):  # Annotated[float, ...] and the like
+        kinds |= {a for a in typing.get_args(arg) if isinstance(a, type)}
+    return bool(kinds & {int, float}) and bool not in kinds
 
 
 def _empty_to_none(value: Any) -> Any:
@@ -606,7 +632,7 @@ class TrackerConfig(_Section):
     """Tracking of plates across the sampled frames of one camera (ByteTrack style)."""
 
     iou_threshold: float = Field(
-        0.2, ge=0, le=1, description="Minimum box IoU to match a detection to a track."
+        0.2, gt=0, le=1, description="Minimum box IoU to match a detection to a track."
     )
     high_score: float = Field(
         0.4, gt=0, le=1, description="Detections at or above this score start and extend tracks."
@@ -1114,7 +1140,11 @@ def load_config(path: Path | str, env: Mapping[str, str] | None = None) -> Setti
     """
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as file:  # bounded: --config /dev/zero must not fill memory
+            data = file.read(MAX_CONFIG_BYTES + 1)
+        if len(data) > MAX_CONFIG_BYTES:
+            raise ConfigError(path, [(None, f"larger than {MAX_CONFIG_BYTES // 1024} KiB")])
+        text = data.decode("utf-8")
     except FileNotFoundError:
         raise ConfigError(path, [(None, "config file not found")]) from None
     except IsADirectoryError:
@@ -1125,6 +1155,7 @@ def load_config(path: Path | str, env: Mapping[str, str] | None = None) -> Setti
         raise ConfigError(path, [(None, f"cannot read the file: {exc.strerror}")]) from None
 
     raw = parse_yaml(text, path)
+    _check_size(raw, path)
     if raw is None:
         raise ConfigError(path, [(None, "the file is empty: it needs at least a 'cameras:' list")])
     if not isinstance(raw, dict):
@@ -1171,6 +1202,31 @@ class _UniqueKeyLoader(yaml.SafeLoader):
                         key_node.start_mark,
                     )
         return super().construct_mapping(node, deep=deep)
+
+
+#: A config file larger than this is refused.
+MAX_CONFIG_BYTES = 1024 * 1024
+#: Values (mappings, lists, scalars) a config may expand to; YAML aliases can make a small
+#: file expand exponentially ("billion laughs").
+MAX_CONFIG_VALUES = 100_000
+
+
+def _check_size(raw: Any, path: Path) -> None:
+    """Refuse a document that expands to more than ``MAX_CONFIG_VALUES`` values."""
+    stack, count = [raw], 0
+    while stack:
+        node = stack.pop()
+        count += 1
+        if count > MAX_CONFIG_VALUES:
+            raise ConfigError(
+                path,
+                [(None, f"expands to more than {MAX_CONFIG_VALUES} values (YAML aliases?)")],
+            )
+        if isinstance(node, dict):
+            stack.extend(node.keys())
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
 
 
 def parse_yaml(text: str, path: Path | str = "<config>") -> Any:

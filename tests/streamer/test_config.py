@@ -814,3 +814,55 @@ def test_web_off_loopback_needs_a_token(tmp_path: Path) -> None:
         load_config(config)
     config.write_text("cameras: [{name: a, url: x.ts}]\nweb: {host: 0.0.0.0, token: t0k}\n")
     assert load_config(config).web.token is not None
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "cameras:\n  - {name: a, url: x.ts, sample_fps: true}\n",
+            "cameras[a].sample_fps: must be a number, got true",
+        ),
+        (
+            "cameras:\n  - {name: a, url: x.ts}\nevents: {min_reads: false}\n",
+            "events.min_reads: must be a number, got false",
+        ),
+        (
+            'cameras:\n  - {name: a, url: "x.ts\\nERROR forged line"}\n',
+            "cameras[a].url: must not contain control characters",
+        ),
+        (
+            'cameras:\n  - {name: a, url: x.ts}\nevents: {plate_formats: ["A\\tB"]}\n',
+            "events.plate_formats: must not contain control characters",
+        ),
+        (
+            "cameras:\n  - {name: a, url: x.ts}\ntracker: {iou_threshold: 0}\n",
+            "tracker.iou_threshold: Input should be greater than 0",
+        ),
+    ],
+)
+def test_booleans_control_characters_and_a_zero_iou_are_refused(
+    tmp_path: Path, text: str, expected: str
+) -> None:
+    assert expected in config_error(tmp_path, text)
+
+
+def test_booleans_stay_booleans() -> None:
+    assert TrackerConfig.model_validate({}).iou_threshold == 0.2
+    assert EventsConfig.model_validate({"updates": False}).updates is False
+
+
+def test_an_alias_bomb_is_refused_without_expanding_it(tmp_path: Path) -> None:
+    levels = ['a: &a ["x", "x", "x", "x", "x", "x", "x", "x", "x"]']
+    for name, prev in zip("bcdefgh", "abcdefg", strict=True):
+        levels.append(f"{name}: &{name} [" + ", ".join([f"*{prev}"] * 9) + "]")
+    message = config_error(tmp_path, "\n".join(levels) + "\ncameras: []\n")
+    assert "expands to more than 100000 values (YAML aliases?)" in message
+
+
+def test_a_huge_or_endless_file_is_refused(tmp_path: Path) -> None:
+    huge = write(tmp_path, "# " + "x" * (1024 * 1024) + "\ncameras: []\n")
+    with pytest.raises(ConfigError, match="larger than 1024 KiB"):
+        load_config(huge, env={})
+    with pytest.raises(ConfigError, match="larger than 1024 KiB"):
+        load_config(Path("/dev/zero"), env={})
