@@ -55,6 +55,18 @@ class Metrics:
             ["camera"],
             registry=r,
         )
+        self.events_dropped = Counter(
+            "lpr_events_dropped",
+            "Passes not published because the event queue was full (logged at ERROR).",
+            ["camera"],
+            registry=r,
+        )
+        self.sink_errors = Counter(
+            "lpr_sink_errors",
+            "Events a sink failed to take (raised, or no answer within the sink timeout).",
+            ["sink"],
+            registry=r,
+        )
         self.triton_errors = Counter(
             "lpr_triton_errors",
             "Frames Triton did not answer, by kind (model, deadline, stream).",

@@ -16,20 +16,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import signal
 import sys
-import time
-from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 
 from prometheus_client.core import Metric
 
 from streamer.camera_pipeline import CameraPipeline, OnResult
 from streamer.config import CameraConfig, Settings
-from streamer.events import EventSink, JsonLinesSink, PlateEvent, build_event
+from streamer.events import EventSink, JsonLinesSink, PlateEvent
 from streamer.frame_queue import FrameQueue
 from streamer.inference import PlateRecognizer, scheduler_for
 from streamer.ingest import CameraSource
@@ -39,6 +36,7 @@ from streamer.ops_server import OpsServer
 from streamer.outbox import OutboxError
 from streamer.passes import PassDetector, PassParams, PlatePass
 from streamer.plate_formats import PlateFormats
+from streamer.publisher import EventPublisher
 from streamer.startup import (
     check_model_repository,
     listen_error,
@@ -57,6 +55,8 @@ LOG = logging.getLogger(__name__)
 
 #: Sampled frames waiting for a free in-flight slot, per camera.
 FRAME_QUEUE_SIZE = 2
+#: At shutdown, the longest the queued events may take to reach the sinks.
+DRAIN_TIMEOUT_S = 15.0
 
 
 @dataclass
@@ -66,30 +66,6 @@ class Camera:
     source: CameraSource
     pipeline: CameraPipeline
     task: asyncio.Task[None] | None = None
-
-
-@dataclass
-class EventLog:
-    """Recent event messages kept in memory for the API and tests (bounded): a pass's first
-    report and its corrections, oldest first."""
-
-    limit: int = 200
-    events: list[PlateEvent] = field(default_factory=list)
-
-    def add(self, event: PlateEvent) -> None:
-        self.events.append(event)
-        del self.events[: -self.limit]
-
-    def latest(self) -> list[PlateEvent]:
-        """The newest version of each pass, ordered by when that version came."""
-        newest = {e.event_id: e for e in self.events}
-        return [e for e in self.events if newest[e.event_id] is e]
-
-    def find(self, message_id: str) -> PlateEvent | None:
-        """A message by its id; a bare event id gives the pass's newest version."""
-        return next(
-            (e for e in reversed(self.events) if message_id in (e.message_id, e.event_id)), None
-        )
 
 
 class Service:
@@ -113,16 +89,15 @@ class Service:
         self.extra_sinks = tuple(extra_sinks)
         self.on_result = on_result
         self.cameras: dict[str, Camera] = {}
-        self.recent = EventLog()
-        self.events_emitted = 0  # passes reported (version 1)
-        self.events_by_camera: Counter[str] = Counter()
-        self.updates_emitted = 0  # corrections (plate.updated)
         self.metrics = Metrics()
         self.metrics.add_collector(self._collect_state)
+        self.publisher = EventPublisher(
+            self.sinks, self.metrics, jpeg_quality=settings.events.crop_jpeg_quality
+        )
+        self.recent = self.publisher.recent
         self.ops: OpsServer | None = None
         self.web: WebServer | None = None
         self._stop = asyncio.Event()
-        self._event_lock = asyncio.Lock()
 
     def request_stop(self) -> None:
         self._stop.set()
@@ -155,7 +130,7 @@ class Service:
             line = (
                 f"{name}: {source.decoded} frames decoded, {stats.sent} sent, "
                 f"{stats.answered} answered, {stats.failed} failed, "
-                f"{self.events_by_camera[name]} events"
+                f"{self.publisher.by_camera[name]} events"
             )
             if source.decoded == 0:
                 line += f"; never delivered a frame ({source.last_error or 'no frames'})"
@@ -225,6 +200,8 @@ class Service:
         if webhooks is not None:
             self.sinks.append(webhooks)
         self.sinks += self.extra_sinks
+        self.publisher.sinks = list(self.sinks)
+        self.supervisor.start("events", self.publisher.run)
 
         for config in self.settings.cameras:
             if config.enabled:
@@ -287,45 +264,17 @@ class Service:
         return Camera(config, queue, source, pipeline)
 
     async def _publish(self, passes: list[PlatePass]) -> None:
-        for plate_pass in passes:
-            event = await build_event(plate_pass, self.settings.events.crop_jpeg_quality)
-            async with self._event_lock:  # one event at a time, in order, to every sink
-                after_s = time.monotonic() - event.first_seen_monotonic
-                if event.version == 1:
-                    self.events_emitted += 1
-                    self.events_by_camera[event.camera] += 1
-                    self.metrics.events.labels(event.camera).inc()
-                    self.metrics.frame_to_event_latency.labels(event.camera).observe(after_s)
-                    what = event.text
-                else:
-                    self.updates_emitted += 1
-                    self.metrics.event_updates.labels(event.camera).inc()
-                    what = f"v{event.version}, {event.previous_text} corrected to {event.text}"
-                LOG.info(
-                    "event %s: %s on %s (track %d, %d reads, %d pieces of evidence, %s, "
-                    "%.1f s after first seen)",
-                    event.event_id,
-                    what,
-                    event.camera,
-                    event.track_id,
-                    event.reads,
-                    event.evidence,
-                    event.reason,
-                    after_s,
-                )
-                self.recent.add(event)
-                for sink in self.sinks:
-                    try:
-                        await sink.publish(event)
-                    except Exception:
-                        # Loud, never silent: the metric and /readyz show the sink's
-                        # failure; the event itself goes to the log so it can be replayed.
-                        LOG.exception(
-                            "sink %s could not take event %s: %s",
-                            sink.name,
-                            event.message_id,
-                            json.dumps(event.to_dict(include_crop=False)),
-                        )
+        self.publisher.submit(passes)  # never waits: the pipeline goes back to its frames
+
+    @property
+    def events_emitted(self) -> int:
+        """Passes reported (version 1)."""
+        return self.publisher.emitted
+
+    @property
+    def updates_emitted(self) -> int:
+        """Corrections reported (plate.updated)."""
+        return self.publisher.updates
 
     # -- ViewSource (streamer/view_source.py): what the web view reads ---------------------
 
@@ -382,7 +331,11 @@ class Service:
             triton_state = f"model {recognizer.model} failing: {recognizer.last_model_error}"
         else:
             triton_state = "ready" if triton_ready else "unavailable"
-        sinks_ok = all(getattr(sink, "healthy", True) for sink in self.sinks)
+        failing = dict(self.publisher.failing)
+        for sink in self.sinks:
+            if not getattr(sink, "healthy", True):
+                failing.setdefault(sink.name, "failing")
+        sinks_ok = not failing
         cameras = {
             name: {
                 "state": camera.source.stats.state,
@@ -397,7 +350,7 @@ class Service:
         details: dict[str, object] = {
             "triton": triton_state,
             "cameras_delivering": delivering,
-            "sinks": "ok" if sinks_ok else "failing",
+            "sinks": "ok" if sinks_ok else failing,
             "cameras": cameras,
             "parts": parts,
         }
@@ -563,6 +516,8 @@ class Service:
             elif camera.task is not None:
                 with contextlib.suppress(Exception):
                     camera.task.result()
+        if self.supervisor.task("events") is not None:  # the flushed passes reach the sinks
+            await self.publisher.drain(DRAIN_TIMEOUT_S)
         for sink in self.sinks:
             await sink.close()
         if self.recognizer is not None:
