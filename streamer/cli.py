@@ -255,8 +255,7 @@ def main(argv: list[str] | None = None) -> int:
         levels = typing.get_args(LogConfig.model_fields["level"].annotation)
         if args.log_level.upper() not in levels:
             print(
-                f"error: --log-level must be one of {', '.join(levels)}, "
-                f"got {args.log_level!r}",
+                f"error: --log-level must be one of {', '.join(levels)}, got {args.log_level!r}",
                 file=sys.stderr,
             )
             return 2
