@@ -55,8 +55,12 @@ LOG = logging.getLogger(__name__)
 
 #: Sampled frames waiting for a free in-flight slot, per camera.
 FRAME_QUEUE_SIZE = 2
-#: At shutdown, the longest the queued events may take to reach the sinks.
+#: At shutdown (SIGTERM: target 5 s in all), how long the frames in flight may take...
+FRAMES_GRACE_S = 1.5
+#: ...the queued events to reach the sinks (normally milliseconds)...
 DRAIN_TIMEOUT_S = 15.0
+#: ...and the embedded Triton to exit before its process group is killed.
+TRITON_STOP_S = 2.0
 
 
 @dataclass
@@ -113,8 +117,23 @@ class Service:
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(signum, self.request_stop)
         try:
-            await self._start()
-            await self._wait()
+            # SIGTERM during start-up (Triton loading its models, say) stops it there.
+            start = asyncio.create_task(self._start(), name="start")
+            stopped = asyncio.create_task(self._stop.wait(), name="stop-during-start")
+            await asyncio.wait({start, stopped}, return_when=asyncio.FIRST_COMPLETED)
+            stopped.cancel()
+            if not start.done():
+                LOG.info("stopping during start-up")
+                start.cancel()
+            await asyncio.gather(stopped, return_exceptions=True)
+            try:
+                await start
+            except asyncio.CancelledError:
+                current = asyncio.current_task()
+                if current is not None and current.cancelling():
+                    raise  # the service itself is cancelled, not only its start
+            else:
+                await self._wait()
         finally:
             await self._shutdown()
             for signum in (signal.SIGINT, signal.SIGTERM):
@@ -502,20 +521,17 @@ class Service:
             await self.web.stop()
         for camera in self.cameras.values():
             await camera.source.astop()
-        for camera in self.cameras.values():
-            if camera.task is not None and not camera.task.done():
-                # The source is stopped, so the pipeline sees the end of its queue,
-                # finishes its frames in flight and flushes its tracker.
-                try:
-                    await asyncio.wait_for(
-                        asyncio.shield(camera.task), self.settings.triton.request_timeout_s + 5
-                    )
-                except TimeoutError:
-                    camera.task.cancel()
-                    await asyncio.gather(camera.task, return_exceptions=True)
-            elif camera.task is not None:
-                with contextlib.suppress(Exception):
-                    camera.task.result()
+        # The sources are stopped, so each pipeline sees the end of its queue, finishes its
+        # frames in flight and flushes its tracker; frames Triton has not answered within the
+        # grace are given up, and the open passes are flushed all the same.
+        running = {c.task: c for c in self.cameras.values() if c.task and not c.task.done()}
+        if running:
+            _, late = await asyncio.wait(running, timeout=FRAMES_GRACE_S)
+            for task in late:
+                task.cancel()
+            await asyncio.gather(*late, return_exceptions=True)
+            for task in late:
+                self.publisher.submit(running[task].pipeline.passes.flush())
         if self.supervisor.task("events") is not None:  # the flushed passes reach the sinks
             await self.publisher.drain(DRAIN_TIMEOUT_S)
         for sink in self.sinks:
@@ -524,6 +540,8 @@ class Service:
             await self.recognizer.close()
         await self.supervisor.stop()  # the watchdog first: it must not restart Triton now
         if self.triton is not None:
-            await self.triton.astop()
+            # It holds no state: SIGTERM, then SIGKILL of its group if it takes longer (its
+            # stubs and shared memory are cleaned up either way).
+            await self.triton.astop(TRITON_STOP_S)
         if self.ops is not None:
             await self.ops.stop()
