@@ -1,6 +1,7 @@
 """Operations endpoint: ``/metrics`` (Prometheus), ``/healthz`` and ``/readyz``.
 
-``/healthz`` answers 200 while the process and its event loop run. ``/readyz``
+``/healthz`` answers 200 while the process and its event loop run and no part is
+in a crash loop (it cannot make progress by itself: restart it). ``/readyz``
 answers 200 only when Triton is reachable with the model ready (the gRPC stream
 is open) and the event outbox, if any, is healthy; its JSON body has the state
 of every camera. Neither carries a secret: camera URLs are shown redacted.
@@ -21,10 +22,20 @@ LOG = logging.getLogger(__name__)
 Readiness = Callable[[], tuple[bool, dict[str, Any]]]
 
 
+def _always_alive() -> tuple[bool, dict[str, Any]]:
+    return True, {}
+
+
 class OpsServer:
-    def __init__(self, registry: CollectorRegistry, readiness: Readiness) -> None:
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        readiness: Readiness,
+        liveness: Readiness = _always_alive,
+    ) -> None:
         self.registry = registry
         self.readiness = readiness
+        self.liveness = liveness
         self._runner: web.AppRunner | None = None
         self.port: int | None = None
 
@@ -54,7 +65,9 @@ class OpsServer:
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def _healthz(self, request: web.Request) -> web.Response:
-        return web.json_response({"status": "alive"})
+        alive, details = self.liveness()
+        body = {"status": "alive" if alive else "not alive", **details}
+        return web.json_response(body, status=200 if alive else 503)
 
     async def _readyz(self, request: web.Request) -> web.Response:
         ready, details = self.readiness()

@@ -40,6 +40,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import sqlite3
 import time
 from collections.abc import Callable, Collection, Iterable, Sequence
@@ -86,6 +87,15 @@ CREATE INDEX IF NOT EXISTS deliveries_lane ON deliveries (target, state, camera,
 CREATE INDEX IF NOT EXISTS deliveries_seq ON deliveries (target, seq);
 CREATE INDEX IF NOT EXISTS deliveries_delivered ON deliveries (state, delivered_at);
 """
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    """(device, inode) of the file at ``path``, None when there is none."""
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    return stat.st_dev, stat.st_ino
 
 
 class OutboxError(Exception):
@@ -145,6 +155,7 @@ class Outbox:
         self._conn: sqlite3.Connection | None = None
         self._closed = False
         self._healthy = True
+        self._file_id: tuple[int, int] | None = None  # the file opened: (device, inode)
         self._last_error: str | None = None
 
     # ------------------------------------------------------------------ life cycle
@@ -266,9 +277,16 @@ class Outbox:
                 if not (connect or must_exist):
                     raise RuntimeError("the outbox is closed")
                 self._conn = self._connect(must_exist)
+                self._file_id = _identity(self.path)
             conn = self._conn
             if not write:
                 return fn(conn)
+            if _identity(self.path) != self._file_id:
+                # SQLite would go on writing to the deleted file, lost at the next start.
+                raise OutboxError(
+                    f"{self.path} was deleted or replaced while the service runs: what it held "
+                    "lives on only in this process; restart the service to start a new outbox"
+                )
             conn.execute("BEGIN IMMEDIATE")
             try:
                 result = fn(conn)

@@ -164,7 +164,7 @@ class Service:
         """Start every part; raises :class:`StartupError` (one line) for what a user can fix."""
         metrics, web = self.settings.metrics, self.settings.web
         if metrics.enabled:
-            self.ops = OpsServer(self.metrics.registry, self.readiness)
+            self.ops = OpsServer(self.metrics.registry, self.readiness, self.liveness)
             try:
                 await self.ops.start(metrics.host, metrics.port)
             except OSError as exc:
@@ -336,6 +336,11 @@ class Service:
 
     def event(self, event_id: str) -> PlateEvent | None:
         return self.recent.find(event_id)
+
+    def liveness(self) -> tuple[bool, dict[str, object]]:
+        """Alive unless a supervised part is in a crash loop (``/healthz``)."""
+        looping = self.supervisor.crash_looping()
+        return not looping, ({"crash_loop": looping} if looping else {})
 
     def readiness(self) -> tuple[bool, dict[str, object]]:
         """Ready when the Triton stream is open (model ready), every sink is healthy and no

@@ -6,7 +6,8 @@ capped exponential backoff (``backoff_s``, doubled per consecutive crash up to
 ``max_backoff_s``; a run that lasted ``stable_s`` resets it) and runs it again.
 A part that returns has ``ended`` (a file camera at its end) and is not run
 again. ``stop()`` cancels the parts and awaits them. The parts' states are what
-``/readyz`` and the ``lpr_part_*`` metrics report.
+``/readyz`` and the ``lpr_part_*`` metrics report; a part that crashed
+``CRASH_LOOP`` times in a row makes ``/healthz`` fail.
 
 Why not a library: aiotools and aiomisc supervise tasks, but neither keeps a
 per-part state and restart count for health endpoints, and both bring their own
@@ -30,6 +31,9 @@ BACKOFF_S = 1.0
 MAX_BACKOFF_S = 30.0
 #: A run this long without a crash resets the backoff.
 STABLE_S = 60.0
+#: Crashes in a row (none of them after a stable run) that make a crash loop: the process
+#: cannot make progress by itself, and ``/healthz`` says so (an orchestrator restarts it).
+CRASH_LOOP = 5
 
 PartStateName = Literal["running", "restarting", "ended", "stopped"]
 
@@ -42,6 +46,12 @@ class PartState:
     state: PartStateName = "running"
     restarts: int = 0
     last_error: str | None = None
+    #: Crashes since the last stable run.
+    crashes: int = 0
+
+    @property
+    def crash_loop(self) -> bool:
+        return self.crashes >= CRASH_LOOP
 
     def to_dict(self) -> dict[str, object]:
         return {"state": self.state, "restarts": self.restarts, "last_error": self.last_error}
@@ -73,6 +83,10 @@ class Supervisor:
         self._tasks[name] = task
         return task
 
+    def crash_looping(self) -> list[str]:
+        """Parts that crashed ``CRASH_LOOP`` times in a row."""
+        return [name for name, part in self.parts.items() if part.crash_loop]
+
     def backoff(self, crashes: int) -> float:
         """The wait before the next run after ``crashes`` consecutive crashes (>= 1)."""
         return float(min(self.backoff_s * 2 ** (crashes - 1), self.max_backoff_s))
@@ -92,7 +106,6 @@ class Supervisor:
                 self.parts[n].state = "stopped"
 
     async def _supervise(self, state: PartState, run: Callable[[], Awaitable[None]]) -> None:
-        crashes = 0
         while True:
             state.state = "running"
             started = time.monotonic()
@@ -102,9 +115,9 @@ class Supervisor:
                 raise
             except Exception as exc:
                 if time.monotonic() - started >= self.stable_s:
-                    crashes = 0
-                crashes += 1
-                delay = self.backoff(crashes)
+                    state.crashes = 0
+                state.crashes += 1
+                delay = self.backoff(state.crashes)
                 state.restarts += 1
                 state.last_error = f"{type(exc).__name__}: {exc}"[:500]
                 state.state = "restarting"

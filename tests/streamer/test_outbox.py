@@ -249,6 +249,34 @@ async def test_a_read_only_database_is_loud(tmp_path: Path) -> None:
         await box.close()
 
 
+def _remove(path: Path, replace: bool) -> None:
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    if replace:
+        path.write_bytes(b"")  # another file under the same name
+
+
+@pytest.mark.parametrize("how", ["deleted", "replaced"])
+async def test_an_outbox_deleted_or_replaced_while_open_is_loud(
+    tmp_path: Path, how: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "outbox.sqlite3"
+    metrics = Metrics()
+    box = await Outbox.open(path, ["a"], metrics=metrics)
+    try:
+        assert await box.add(make_event()) is True
+        await asyncio.to_thread(_remove, path, how == "replaced")
+        with (
+            caplog.at_level(logging.ERROR, logger="streamer.outbox"),
+            pytest.raises(OutboxError, match="was deleted or replaced while the service runs"),
+        ):
+            await box.add(make_event())
+        assert not box.healthy and count(metrics, "lpr_outbox_errors_total") == 1
+        assert any("deleted or replaced" in r.getMessage() for r in caplog.records)
+    finally:
+        await box.close()
+
+
 async def test_an_unopenable_path_is_an_outbox_error(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")

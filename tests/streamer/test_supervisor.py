@@ -1,14 +1,17 @@
 import asyncio
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
+import aiohttp
 import pytest
 from log_records import traceback_of
-from prometheus_client import generate_latest
+from prometheus_client import CollectorRegistry, generate_latest
 
 from converters import assets
 from streamer.config import load_config
 from streamer.frames import FrameResult
+from streamer.ops_server import OpsServer
 from streamer.service import Service
 from streamer.supervisor import Supervisor
 from streamer.triton_server import EmbeddedTriton
@@ -75,6 +78,55 @@ async def test_stop_cancels_a_part_waiting_to_restart() -> None:
     assert supervisor.parts["broken"].state == "restarting"
     await asyncio.wait_for(supervisor.stop("broken"), 5)
     assert task.cancelled() and supervisor.parts["broken"].state == "stopped"
+
+
+async def test_a_part_that_keeps_crashing_is_a_crash_loop_and_a_stable_one_is_not() -> None:
+    async def broken() -> None:
+        raise RuntimeError("no")
+
+    async def flaky_but_stable() -> None:
+        await asyncio.sleep(0.05)  # each run lasts longer than stable_s
+        raise RuntimeError("now and then")
+
+    supervisor = Supervisor(backoff_s=0.001, stable_s=0.02)
+    supervisor.start("broken", broken)
+    supervisor.start("flaky", flaky_but_stable)
+    try:
+        await asyncio.wait_for(_until(lambda: supervisor.parts["broken"].crashes >= 5), 10)
+        await asyncio.wait_for(_until(lambda: supervisor.parts["flaky"].restarts >= 5), 10)
+        assert supervisor.crash_looping() == ["broken"]
+        assert supervisor.parts["flaky"].crashes == 1  # reset by every stable run
+    finally:
+        await supervisor.stop()
+
+
+async def _until(predicate: Callable[[], bool]) -> None:
+    for _ in range(2000):
+        if predicate():
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError("condition not met in time")
+
+
+async def test_healthz_fails_while_a_part_crash_loops() -> None:
+    alive = {"now": True}
+    ops = OpsServer(
+        CollectorRegistry(),
+        lambda: (True, {}),
+        lambda: (alive["now"], {} if alive["now"] else {"crash_loop": ["triton"]}),
+    )
+    await ops.start("127.0.0.1", 0)
+    try:
+        async with aiohttp.ClientSession() as http:
+            url = f"http://127.0.0.1:{ops.port}/healthz"
+            async with http.get(url) as response:
+                assert (response.status, await response.json()) == (200, {"status": "alive"})
+            alive["now"] = False
+            async with http.get(url) as response:
+                assert response.status == 503
+                assert await response.json() == {"status": "not alive", "crash_loop": ["triton"]}
+    finally:
+        await ops.stop()
 
 
 def test_the_backoff_doubles_up_to_its_cap() -> None:
