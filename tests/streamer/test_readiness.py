@@ -4,16 +4,13 @@ ready, naming the model, with one WARNING; loaded again, it is ready and answers
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import time
-import urllib.error
-import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import tritonclient.grpc as grpcclient
+from polling import until, until_status
 
 from converters import assets
 from converters.paths import MODEL_REPOSITORY
@@ -37,36 +34,6 @@ def explicit_triton() -> Iterator[EmbeddedTriton]:
         yield server
 
 
-def _get(url: str) -> tuple[int, dict]:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return int(response.status), json.loads(response.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())
-
-
-async def _until(predicate: Callable[[], bool], timeout_s: float, what: str) -> float:
-    start = time.monotonic()
-    while not predicate():
-        if time.monotonic() - start > timeout_s:
-            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
-        await asyncio.sleep(0.2)
-    return time.monotonic() - start
-
-
-async def _until_status(url: str, status: int, timeout_s: float) -> tuple[float, dict]:
-    """Seconds until ``url`` answers ``status``, and its body (asked from a thread: the
-    service runs on this loop)."""
-    start = time.monotonic()
-    while True:
-        code, body = await asyncio.to_thread(_get, url)
-        if code == status:
-            return time.monotonic() - start, body
-        if time.monotonic() - start > timeout_s:
-            raise AssertionError(f"{url} did not answer {status} within {timeout_s:.0f} s")
-        await asyncio.sleep(0.2)
-
-
 async def test_an_unloaded_model_makes_the_service_not_ready_naming_it(
     tmp_path: Path,
     explicit_triton: EmbeddedTriton,
@@ -82,26 +49,26 @@ async def test_an_unloaded_model_makes_the_service_not_ready_naming_it(
     runner = asyncio.create_task(service.run())
     client = grpcclient.InferenceServerClient(explicit_triton.grpc_url)
     try:
-        await _until(lambda: service.ops is not None and bool(service.ops.port), 120, "ops")
+        await until(lambda: service.ops is not None and bool(service.ops.port), 120, "ops")
         assert service.ops is not None
         readyz = f"http://127.0.0.1:{service.ops.port}/readyz"
-        await _until(
+        await until(
             lambda: (
                 "yard" in service.cameras and service.cameras["yard"].pipeline.stats.answered > 0
             ),
             240,
             "the first answers",
         )
-        await _until_status(readyz, 200, 30)
+        await until_status(readyz, 200, 30)
 
         with caplog.at_level(logging.WARNING, logger="streamer.inference"):
             await asyncio.to_thread(client.unload_model, MODEL)
-            after, body = await _until_status(readyz, 503, 60)
+            after, body = await until_status(readyz, 503, 60)
             print(f"not ready {after:.1f} s after the model was unloaded: {body['triton']}")
             assert body["triton"].startswith(f"model {MODEL} failing: ")
             # More failed frames, still one WARNING for the run of errors.
             failed = service.cameras["yard"].pipeline.stats.failed
-            await _until(
+            await until(
                 lambda: service.cameras["yard"].pipeline.stats.failed > failed + 5,
                 60,
                 "more failed frames",
@@ -110,9 +77,9 @@ async def test_an_unloaded_model_makes_the_service_not_ready_naming_it(
             assert len(warnings) == 1, [r.getMessage() for r in warnings]
 
             await asyncio.to_thread(client.load_model, MODEL)
-            await _until_status(readyz, 200, 120)
+            await until_status(readyz, 200, 120)
         answered = service.cameras["yard"].pipeline.stats.answered
-        await _until(
+        await until(
             lambda: service.cameras["yard"].pipeline.stats.answered > answered + 3,
             120,
             "answers after the model is back",

@@ -5,11 +5,9 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import time
-import urllib.error
-import urllib.request
-from collections.abc import Callable
 from pathlib import Path
+
+from polling import until, until_status
 
 from converters import assets
 from converters.paths import MODEL_REPOSITORY
@@ -18,33 +16,6 @@ from streamer.service import Service
 from streamer.triton_server import _SHM_DIR, _group_members, _proc_stat
 
 CLIP = assets.verify(assets.asset("yard_cam.ts"), assets.default_assets_dir())
-
-
-def _ready(url: str) -> int:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return int(response.status)
-    except urllib.error.HTTPError as exc:
-        return exc.code
-
-
-async def _until(predicate: Callable[[], bool], timeout_s: float, what: str) -> float:
-    """Seconds until ``predicate()`` holds; fails naming ``what`` after ``timeout_s``."""
-    start = time.monotonic()
-    while not predicate():
-        if time.monotonic() - start > timeout_s:
-            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
-        await asyncio.sleep(0.2)
-    return time.monotonic() - start
-
-
-async def _until_status(url: str, status: int, timeout_s: float) -> None:
-    """Until ``url`` answers ``status`` (asked from a thread: the service runs on this loop)."""
-    start = time.monotonic()
-    while await asyncio.to_thread(_ready, url) != status:
-        if time.monotonic() - start > timeout_s:
-            raise AssertionError(f"{url} did not answer {status} within {timeout_s:.0f} s")
-        await asyncio.sleep(0.2)
 
 
 async def test_a_killed_embedded_triton_is_restarted_and_frames_are_answered_again(
@@ -60,10 +31,10 @@ async def test_a_killed_embedded_triton_is_restarted_and_frames_are_answered_aga
     service = Service(load_config(config))
     runner = asyncio.create_task(service.run())
     try:
-        await _until(lambda: service.ops is not None and bool(service.ops.port), 120, "the ops")
+        await until(lambda: service.ops is not None and bool(service.ops.port), 120, "the ops")
         assert service.ops is not None
         readyz = f"http://127.0.0.1:{service.ops.port}/readyz"
-        await _until(
+        await until(
             lambda: (
                 "yard" in service.cameras and service.cameras["yard"].pipeline.stats.answered > 0
             ),
@@ -75,15 +46,15 @@ async def test_a_killed_embedded_triton_is_restarted_and_frames_are_answered_aga
         old_pid, old_prefix, url = triton.pid, triton.shm_prefix, triton.grpc_url
         os.kill(old_pid, signal.SIGKILL)
         # While it is down the service says it is not ready, and why.
-        await _until_status(readyz, 503, 30)
+        await until_status(readyz, 503, 30)
         answered = service.cameras["yard"].pipeline.stats.answered
-        back_after = await _until(
+        back_after = await until(
             lambda: service.cameras["yard"].pipeline.stats.answered > answered + 3,
             240,
             "answers after the restart",
         )
         print(f"frames answered again {back_after:.1f} s after /readyz said not ready")
-        await _until_status(readyz, 200, 60)
+        await until_status(readyz, 200, 60)
         assert triton.pid != old_pid and triton.grpc_url == url  # the same address
         assert service.watchdog is not None and service.watchdog.restarts == 1
         # Nothing of the killed server is left: no zombie, no stub, no shared memory.
