@@ -149,6 +149,7 @@ class PlateRecognizer:
         self.consecutive_model_errors = 0
         self.last_model_error: str | None = None
         self._model_error_logged_at = -math.inf
+        self._failing_since = -math.inf  # when the current run of model errors began
 
     @property
     def ready(self) -> bool:
@@ -399,6 +400,10 @@ class PlateRecognizer:
             request.future.set_exception(InferenceError(f"bad response: {exc}"))
             return
         self.stats.succeeded += 1
+        if self.consecutive_model_errors and (request.sent_at or 0.0) < self._failing_since:
+            # Sent before the errors began (a long inference answered late): no recovery.
+            request.future.set_result(plates)
+            return
         if self.model_failing:
             LOG.warning(
                 "model %s answers again, after %d frames with errors",
@@ -412,6 +417,8 @@ class PlateRecognizer:
     def _model_error(self, error: str) -> None:
         """Count a model error. A run of them is logged once it makes the service not ready,
         then at most every ``MODEL_ERROR_LOG_EVERY_S``; a lone error only counts (metrics)."""
+        if not self.consecutive_model_errors:
+            self._failing_since = time.monotonic()
         self.consecutive_model_errors += 1
         self.last_model_error = error.splitlines()[0][:300] if error else "error"
         LOG.debug("model %s error: %s", self.model, self.last_model_error)

@@ -41,3 +41,15 @@ async def until_status(url: str, status: int, timeout_s: float) -> tuple[float, 
         if time.monotonic() - start > timeout_s:
             raise AssertionError(f"{url} did not answer {status} within {timeout_s:.0f} s")
         await asyncio.sleep(0.2)
+
+
+async def answering(service: Any, camera: str) -> str:
+    """Wait until a running ``Service`` has its ops endpoint up and Triton has answered a
+    frame of ``camera``; the URL of its ``/readyz``."""
+    await until(lambda: service.ops is not None and bool(service.ops.port), 120, "the ops")
+    await until(
+        lambda: camera in service.cameras and service.cameras[camera].pipeline.stats.answered > 0,
+        240,
+        f"the first answers for {camera}",
+    )
+    return f"http://127.0.0.1:{service.ops.port}/readyz"

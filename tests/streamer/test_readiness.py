@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import tritonclient.grpc as grpcclient
-from polling import until, until_status
+from polling import answering, until, until_status
 
 from converters import assets
 from converters.paths import MODEL_REPOSITORY
@@ -49,16 +49,7 @@ async def test_an_unloaded_model_makes_the_service_not_ready_naming_it(
     runner = asyncio.create_task(service.run())
     client = grpcclient.InferenceServerClient(explicit_triton.grpc_url)
     try:
-        await until(lambda: service.ops is not None and bool(service.ops.port), 120, "ops")
-        assert service.ops is not None
-        readyz = f"http://127.0.0.1:{service.ops.port}/readyz"
-        await until(
-            lambda: (
-                "yard" in service.cameras and service.cameras["yard"].pipeline.stats.answered > 0
-            ),
-            240,
-            "the first answers",
-        )
+        readyz = await answering(service, "yard")
         await until_status(readyz, 200, 30)
 
         with caplog.at_level(logging.WARNING, logger="streamer.inference"):

@@ -7,7 +7,7 @@ import os
 import signal
 from pathlib import Path
 
-from polling import until, until_status
+from polling import answering, until, until_status
 
 from converters import assets
 from converters.paths import MODEL_REPOSITORY
@@ -31,16 +31,7 @@ async def test_a_killed_embedded_triton_is_restarted_and_frames_are_answered_aga
     service = Service(load_config(config))
     runner = asyncio.create_task(service.run())
     try:
-        await until(lambda: service.ops is not None and bool(service.ops.port), 120, "the ops")
-        assert service.ops is not None
-        readyz = f"http://127.0.0.1:{service.ops.port}/readyz"
-        await until(
-            lambda: (
-                "yard" in service.cameras and service.cameras["yard"].pipeline.stats.answered > 0
-            ),
-            240,
-            "the first answers",
-        )
+        readyz = await answering(service, "yard")
         triton = service.triton
         assert triton is not None and triton.pid is not None
         old_pid, old_prefix, url = triton.pid, triton.shm_prefix, triton.grpc_url
