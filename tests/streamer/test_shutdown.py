@@ -71,7 +71,7 @@ def test_sigterm_mid_run_flushes_the_open_passes(tmp_path: Path) -> None:
     process = _start(_config(tmp_path))
     seen: list[str] = []
     _wait_for(process, "camera yard: connected", seen)
-    time.sleep(4)  # both cars tracked and read, the black one still in view
+    time.sleep(6)  # both cars tracked and read, the black one still in view
     stdout, stderr = _stop(process, seen)
     events = [json.loads(line) for line in stdout.splitlines() if line.strip()]
     assert "O567AM76" in {e["text"] for e in events}, stderr[-3000:]
