@@ -51,14 +51,15 @@ class EventLog:
         del self.events[: -self.limit]
 
     def latest(self) -> list[PlateEvent]:
-        return list(self.events)
+        """The newest version of each pass, ordered by when that version came."""
+        newest = {e.event_id: e for e in self.events}
+        return [e for e in self.events if newest[e.event_id] is e]
 
     def find(self, message_id: str) -> PlateEvent | None:
-        """The message ``message_id``: an event id (its first report) or ``<id>.v<N>``."""
-        for event in reversed(self.events):
-            if event.message_id == message_id:
-                return event
-        return None
+        """A message by its id; a bare event id gives the pass's newest version."""
+        return next(
+            (e for e in reversed(self.events) if message_id in (e.message_id, e.event_id)), None
+        )
 
 
 class EventPublisher:

@@ -14,9 +14,9 @@ from log_records import traceback_of
 from prometheus_client import generate_latest
 from test_events import _pass  # tests/streamer is on sys.path, as tests/ is
 
-from streamer.events import JsonLinesSink, PlateEvent
+from streamer.events import JsonLinesSink, PlateEvent, build_event
 from streamer.metrics import Metrics
-from streamer.publisher import EventPublisher
+from streamer.publisher import EventLog, EventPublisher
 
 
 class Recorder:
@@ -119,3 +119,18 @@ async def test_a_full_queue_drops_loudly(caplog: pytest.LogCaptureFixture) -> No
     with caplog.at_level(logging.ERROR, logger="streamer.publisher"):
         assert not await publisher.drain(0.1)
     assert sum("not published" in r.getMessage() for r in caplog.records) == 3
+
+
+def test_the_event_log_gives_each_pass_at_its_newest_version() -> None:
+    log = EventLog(limit=10)
+    first, other = _pass(), dataclasses.replace(_pass(), event_id="other")
+    corrected = dataclasses.replace(_pass(), version=2, previous_text="C567AM76")
+    for plate_pass in (first, other, corrected):
+        log.add(asyncio.run(build_event(plate_pass, 80)))
+    assert [(e.event_id, e.version) for e in log.latest()] == [("other", 1), (first.event_id, 2)]
+    assert log.find(first.event_id).version == 2  # type: ignore[union-attr]  # a bare id: newest
+    assert log.find(f"{first.event_id}.v2").version == 2  # type: ignore[union-attr]
+    assert log.find("nobody") is None
+    for i in range(12):  # bounded: the oldest go first
+        log.add(asyncio.run(build_event(dataclasses.replace(_pass(), event_id=f"p{i}"), 80)))
+    assert len(log.events) == 10 and log.find("other") is None
