@@ -62,11 +62,16 @@ def rows_of(text: str, char_probs: CharProbs | None) -> list[Distribution]:
     return rows
 
 
+def add_row(total: Distribution, row: Distribution, weight: float) -> None:
+    """``total += weight * row`` for one position."""
+    for c, p in row.items():
+        total[c] = total.get(c, 0.0) + weight * p
+
+
 def add_rows(sums: list[Distribution], rows: Sequence[Distribution], weight: float) -> None:
     """``sums[i] += weight * rows[i]`` for every position (the same length)."""
     for total, row in zip(sums, rows, strict=True):
-        for c, p in row.items():
-            total[c] = total.get(c, 0.0) + weight * p
+        add_row(total, row, weight)
 
 
 def best_text(rows: Iterable[Distribution]) -> str:

@@ -379,13 +379,16 @@ class PassDetector:
             if weight > state.best_weight:
                 state.best, state.best_frame, state.best_weight = plate, frame, weight
 
+    def _read_enough(self, vote: VoteResult) -> bool:
+        """A valid text read exactly ``min_reads`` times: a pass, if sure enough."""
+        return vote.valid and vote.exact >= self.params.min_reads
+
     def _qualifies(self, vote: VoteResult) -> bool:
-        p = self.params
-        if not (vote.valid and vote.exact >= p.min_reads):
+        if not self._read_enough(vote):
             return False
         # A known plate within its list's distance is reported however unsure the read: the
         # list is the evidence its owner gave (the match is only looked up when needed).
-        return vote.confidence >= p.min_confidence or (
+        return vote.confidence >= self.params.min_confidence or (
             bool(self.known) and self.known.match(vote.text) is not None
         )
 
@@ -401,13 +404,8 @@ class PassDetector:
                 passes = self._report(tid, vote, reason, t)
             elif self._decided(vote)[0] != state.reported.text:
                 passes = self._correct(tid, vote, reason, t)
-        elif (
-            vote is not None
-            and state.reported is None
-            and vote.valid
-            and vote.exact >= self.params.min_reads
-        ):
-            self.unsure += 1
+        elif vote is not None and state.reported is None and self._read_enough(vote):
+            self.unsure += 1  # read enough, but not sure enough
         self._tracks.pop(tid, None)
         return passes
 

@@ -378,7 +378,7 @@ class Service:
             "cameras": cameras,
             "parts": parts,
         }
-        ready = triton_ready and sinks_ok and parts_ok and cameras_ok and triton_state == "ready"
+        ready = triton_state == "ready" and sinks_ok and parts_ok and cameras_ok
         return ready, details
 
     def _collect_state(self) -> list[Metric]:

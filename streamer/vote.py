@@ -271,6 +271,5 @@ class PlateVote:
         for w, n, probs in rows:
             if n != length:
                 for i, j in fusion.aligned_positions(fusion.best_text(probs), reference):
-                    for c, p in probs[i].items():
-                        sums[j][c] = sums[j].get(c, 0.0) + w * p
+                    fusion.add_row(sums[j], probs[i], w)
         return fusion.decode(fusion.normalised(sums), self.formats)
