@@ -27,9 +27,7 @@ import yaml
 
 from bench.common import PROJECT_ROOT, ffmpeg, log, source_clip
 from converters.paths import MODEL_REPOSITORY
-from streamer.config import load_config
-from streamer.passes import MIN_CONFIDENCE
-from streamer.replay import (
+from streamer.cli.replay import (
     ClipScore,
     calibration,
     calibration_markdown,
@@ -39,7 +37,9 @@ from streamer.replay import (
     run_replay,
     totals,
 )
-from streamer.triton_server import EmbeddedTriton
+from streamer.config.schema import load_config
+from streamer.inference.embedded.server import EmbeddedTriton
+from streamer.tracking.passes import MIN_CONFIDENCE
 
 TRUTH = PROJECT_ROOT / "bench" / "accuracy_truth.yaml"
 #: The known-plate list the altered variants are replayed with a second time.
@@ -66,7 +66,8 @@ class Variant:
 
 
 def _held(frame: int, seconds: float) -> tuple[str, ...]:
-    """``frame`` repeated for ``seconds``, encoded as tests/streamer/test_still_vehicle.py does
+    """``frame`` repeated for ``seconds``, encoded as
+    tests/streamer/tracking/test_still_vehicle.py does
     (x264 ultrafast, crf 18): in that encoding frames 9, 12 and 48 read C567AM76 when held."""
     loop = f"[0:v]loop=loop={round(seconds * FPS)}:size=1:start={frame},setpts=N/{FPS}/TB[out]"
     x264 = ["-c:v", "libx264", "-preset", "ultrafast", "-g", "30", "-pix_fmt", "yuv420p"]

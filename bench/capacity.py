@@ -217,7 +217,7 @@ def ladder_figures(
             notes=[
                 f"true plates {', '.join(sorted(TRUE_TEXTS))}; a pass counts with its last "
                 "version (bench/service_run.py's RecordingSink, the rule of "
-                "streamer.replay.latest_versions); "
+                "streamer.cli.replay.latest_versions); "
                 "per step (cameras: wrong / events): "
                 + ", ".join(
                     f"{s['cameras']}: {w} / {e}"

@@ -1,15 +1,15 @@
-"""What the evidence measure (streamer/evidence.py) reads on the yard clip: the figures
+"""What the evidence measure (streamer/tracking/evidence.py) reads on the yard clip: the figures
 docs/events.md ("Evidence") quotes for choosing its thresholds.
 
     .venv/bin/python -m bench.evidence_thresholds
 
 No Triton: the plates' boxes are the ones the recogniser gives on this clip (the parked
 black car's, and the silver car's interpolated between its first and last read, as in
-tests/streamer/test_passes.py). Prints, in grey levels (0-255) and fractions of the
+tests/streamer/tracking/test_passes.py). Prints, in grey levels (0-255) and fractions of the
 plate's height:
 
 - the parked car's crop, in a fixed box, against the clip's first frame over time;
-- a held frame (frame 9, re-encoded by ffmpeg like tests/streamer/test_still_vehicle.py)
+- a held frame (frame 9, re-encoded by ffmpeg like tests/streamer/tracking/test_still_vehicle.py)
   against its first copy;
 - the silver car, driving off: box shift and crop change 1, 3 and 5 frames on.
 """
@@ -25,7 +25,7 @@ import av
 import numpy as np
 
 from bench.common import ffmpeg, source_clip
-from streamer.evidence import Sample, box_shift, image_change
+from streamer.tracking.evidence import Sample, box_shift, image_change
 
 BLACK = (1523.0, 336.0, 1578.0, 369.0)
 SILVER_FIRST, SILVER_LAST = (81.0, 364.0, 135.0, 401.0), (71.0, 350.0, 122.0, 381.0)

@@ -4,7 +4,7 @@ Worker (one process per measurement, so that only its own threads are counted)::
 
     python -m bench.ingest_cost --clip FILE --mode ingest|decode|decode_bgr [--sample-fps 5]
 
-``ingest``: ``streamer.ingest.CameraSource`` reads the file as fast as possible
+``ingest``: ``streamer.ingest.source.CameraSource`` reads the file as fast as possible
 (``realtime=False``) at ``sample_fps`` into a ``FrameQueue(2, "wait")`` that an asyncio
 consumer drains: everything the ingest does per frame (decode, sampling, BGR conversion and
 copy of the kept frames, the hand-off). ``decode``: bare PyAV decoding, no conversion.
@@ -75,8 +75,8 @@ def _result(decoded: int, sampled: int, cpu: float, wall: float) -> dict[str, An
 
 
 def _ingest(clip: Path, sample_fps: float) -> dict[str, Any]:
-    from streamer.frame_queue import FrameQueue
-    from streamer.ingest import CameraSource
+    from streamer.ingest.frame_queue import FrameQueue
+    from streamer.ingest.source import CameraSource
 
     async def run() -> dict[str, Any]:
         queue = FrameQueue(2, "wait")

@@ -56,8 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(checkout))
     # Imported from the checkout under test.
     from converters import assets
-    from streamer.config import load_config
-    from streamer.service import Service
+    from streamer.app import Service
+    from streamer.config.schema import load_config
 
     clip = assets.verify(assets.asset("yard_cam.ts"), assets.default_assets_dir())
     cameras = "\n".join(

@@ -173,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.target in ("service", "seed"):
             from bench.seed_client import run_seed
             from bench.service_run import ServiceSpec, run_service
-            from streamer.triton_server import EmbeddedTriton
+            from streamer.inference.embedded.server import EmbeddedTriton
 
             clip = trim_clip(source, args.seconds, work / "clip.ts")
             warm = trim_clip(source, 1.0, work / "warm.ts")
@@ -204,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{args.target}: {result['frames']} frames, {result['frames_per_s']:.2f} fps")
         else:
             if args.target == "bare":
-                from streamer.triton_server import default_model_env
+                from streamer.inference.embedded.server import default_model_env
 
                 clip = trim_clip(source, args.seconds, work / "clip.ts")
                 env = default_model_env()

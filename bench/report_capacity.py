@@ -62,7 +62,7 @@ PROFILE_COMMANDS: dict[str, list[str]] = {
     "O-triton-rss": [".venv/bin/python -m bench --only O --ladder N --no-doc"],
     "M": [
         "# the gate's decisions on a clip, frame by frame (first / motion / stationary / skip)",
-        ".venv/bin/python -m streamer.motion CLIP",
+        ".venv/bin/python -m streamer.ingest.motion CLIP",
     ],
     "C-kept-up": [
         ".venv/bin/python -m bench.profile service --realtime --motion --cameras K --seconds 30",
@@ -95,12 +95,13 @@ PLANS: dict[str, str] = {
         "already differ, decode threads were starved of CPU and fell behind real time (the "
         "unfairness is upstream of the scheduler: O-rate's plan); if they are equal and the "
         "answers are not, the FairScheduler did not share the window by weight: reproduce "
-        "the arrival pattern in tests/streamer/test_scheduler.py."
+        "the arrival pattern in tests/streamer/inference/test_scheduler.py."
     ),
     "O-p99": (
         "Time at Triton is held near the no-load latency by the adaptive window: it settles "
         "at the frames Triton runs in parallel (2 on this CPU: two single-thread detector "
-        "instances) and tries a larger one only now and then (streamer/scheduler.py). Look "
+        "instances) and tries a larger one only now and then "
+        "(streamer/inference/scheduler.py). Look "
         "at the step's window series and latency percentiles (raw.overload_ladder): if the "
         "window stays at 2 and the p50 itself rose with N, each frame takes longer because "
         "the 2 cores are shared with the cameras' decoding (O-rate's plan; no window setting "
@@ -126,7 +127,8 @@ PLANS: dict[str, str] = {
     ),
     "M": (
         "The gate sent more than 30 % of the frames: count its decisions on the clip "
-        "(`python -m streamer.motion`-style check, or camera.source.stats.skipped_no_motion). "
+        "(`python -m streamer.ingest.motion`-style check, or "
+        "camera.source.stats.skipped_no_motion). "
         "A live track is re-read every stationary_interval_s (1 s) while nothing moves, by "
         "design: a parked car in view keeps its track alive; noise above the threshold in "
         "the still (encoder keyframes) or the camera's clock overlay changing each second "

@@ -178,7 +178,7 @@ def make_plan(args: argparse.Namespace) -> Plan:
 
 def transport_choice() -> tuple[str, Any, tuple[Any, ...]] | None:
     """``(field, default, choices)`` of a ``*transport*`` Literal in ``TritonConfig``, if any."""
-    from streamer.config import TritonConfig
+    from streamer.config.schema import TritonConfig
 
     for name, info in TritonConfig.model_fields.items():
         if "transport" not in name:
@@ -252,7 +252,7 @@ class Suite:
         return result
 
     def bare(self, clip: Path) -> dict[str, Any]:
-        from streamer.triton_server import default_model_env
+        from streamer.inference.embedded.server import default_model_env
 
         env = default_model_env()
         python = env / "bin" / "python" if env is not None else None
@@ -331,13 +331,13 @@ class Suite:
 
     @staticmethod
     def triton_timeout_s() -> float:
-        from streamer.config import TritonConfig
+        from streamer.config.schema import TritonConfig
 
         return float(TritonConfig().request_timeout_s)
 
     def start_triton(self) -> None:
         from bench.seed_client import warm_triton
-        from streamer.triton_server import EmbeddedTriton
+        from streamer.inference.embedded.server import EmbeddedTriton
 
         self.triton = EmbeddedTriton(MODEL_REPOSITORY)
         self.triton.start()
@@ -550,7 +550,8 @@ class Suite:
                     higher_is_better=True,
                     notes=[
                         "not offered by the service: frames go as raw UINT8 BGR tensors on "
-                        "one gRPC stream (streamer/inference.py); TritonConfig has no transport "
+                        "one gRPC stream (streamer/inference/client.py); "
+                        "TritonConfig has no transport "
                         "option, so there is nothing to compare"
                     ],
                 )
@@ -627,7 +628,7 @@ class Suite:
                 higher_is_better=False,
                 notes=[
                     *common,
-                    f"ingest: streamer.ingest.CameraSource, realtime false, sample_fps "
+                    f"ingest: streamer.ingest.source.CameraSource, realtime false, sample_fps "
                     f"{plan.p3_sample_fps:g} (BGR conversion of the kept frames only), "
                     "FrameQueue(2, 'wait') drained by an asyncio consumer; one process per "
                     "run, getrusage around the decode",

@@ -46,7 +46,7 @@ from bench.common import (
     tree_cpu_by_label,
 )
 from converters.paths import MODEL_REPOSITORY
-from streamer.tracker import iou_matrix
+from streamer.tracking.tracker import iou_matrix
 
 OUTPUTS = ("boxes", "det_scores", "texts")
 
@@ -208,9 +208,9 @@ def measure(settings: Settings, workdir: Path) -> list[dict[str, Any]]:
     """Build, serve and measure every variant (repositories under ``workdir``); one row each."""
     import logging
 
-    from streamer.triton_server import EmbeddedTriton
+    from streamer.inference.embedded.server import EmbeddedTriton
 
-    logging.getLogger("streamer.triton_server").setLevel(logging.WARNING)
+    logging.getLogger("streamer.inference.embedded.server").setLevel(logging.WARNING)
     input_size = settings.input_size or default_input_size()
     frames = decode_frames(settings.frames, settings.step)
     log(f"{len(frames)} frames of {source_clip().name} (every {settings.step}th), {input_size}")

@@ -1,4 +1,4 @@
-"""The service as the benchmarks run it: ``streamer.service.Service`` on file cameras.
+"""The service as the benchmarks run it: ``streamer.app.Service`` on file cameras.
 
 In-process (:func:`run_service`, P1/P2): ``Service(load_config(cfg), once=True)`` plays every
 file camera once as fast as possible (``realtime: false``: the decode thread waits for the
@@ -37,9 +37,9 @@ import psutil
 import yaml
 
 from bench.common import cpu_delta, self_cpu_s, tree_cpu_by_label, tree_rss_by_label
-from streamer.config import CameraConfig, Settings, load_config
-from streamer.events import PlateEvent
-from streamer.service import Service
+from streamer.app import Service
+from streamer.config.schema import CameraConfig, Settings, load_config
+from streamer.delivery.events import PlateEvent
 
 SERVICE_LOG_LEVEL = logging.WARNING
 TRACEMALLOC_FRAMES = 8
@@ -49,7 +49,7 @@ TRACEMALLOC_TOP = 15
 class RecordingSink:
     """An event sink that keeps each pass's frame-to-event latency (as the metric does: its
     first report) and its text at its highest version (a correction replaces it: the rule of
-    ``streamer.replay.latest_versions``). Only what it reports is kept, never the events
+    ``streamer.cli.replay.latest_versions``). Only what it reports is kept, never the events
     themselves: it runs inside the service whose memory the soak measures."""
 
     name = "bench-recorder"

@@ -45,7 +45,7 @@ from tritonclient.utils import InferenceServerException
 
 from converters import assets
 from converters.paths import MODEL_REPOSITORY, import_plate_ops
-from streamer.triton_server import EmbeddedTriton
+from streamer.inference.embedded.server import EmbeddedTriton
 
 warnings.filterwarnings("ignore", message="`torch.jit", category=FutureWarning)
 
@@ -333,7 +333,7 @@ def run_triton(
     warmup: int,
 ) -> tuple[list[Measurement], list[Throughput], list[str], float]:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    logging.getLogger("streamer.triton_server").setLevel(logging.WARNING)
+    logging.getLogger("streamer.inference.embedded.server").setLevel(logging.WARNING)
     tensor, transform = plate_ops.letterbox(frame, params.input_hw)
     batch = np.ascontiguousarray(tensor[None])
     in_h, in_w = params.input_hw

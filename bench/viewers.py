@@ -36,8 +36,8 @@ import aioice.ice
 import psutil
 
 from converters import assets
-from streamer.config import load_config
-from streamer.service import Service
+from streamer.app import Service
+from streamer.config.schema import load_config
 from streamer.web import WebServer
 
 LOG = logging.getLogger("bench.viewers")

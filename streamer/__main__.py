@@ -1,5 +1,5 @@
-"""``python -m streamer``: see :mod:`streamer.cli`."""
+"""``python -m streamer``: see :mod:`streamer.cli.main`."""
 
-from streamer.cli import main
+from streamer.cli.main import main
 
 raise SystemExit(main())

@@ -11,7 +11,7 @@ import pytest
 
 from converters.cli import main as converters_main
 from converters.paths import MODEL_REPOSITORY
-from streamer.triton_server import EmbeddedTriton
+from streamer.inference.embedded.server import EmbeddedTriton
 
 
 def _built_info() -> dict[str, object]:
@@ -39,7 +39,7 @@ def _cpu_repository(runtime: str, tmp_path_factory: pytest.TempPathFactory) -> P
 
 
 def _serve(repository: Path) -> Iterator[EmbeddedTriton]:
-    logging.getLogger("streamer.triton_server").setLevel(logging.WARNING)
+    logging.getLogger("streamer.inference.embedded.server").setLevel(logging.WARNING)
     server = EmbeddedTriton(repository)
     server.start()
     try:

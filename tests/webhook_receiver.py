@@ -28,7 +28,7 @@ import numpy as np
 from aiohttp import web
 from standardwebhooks import Webhook, WebhookVerificationError
 
-from streamer.events import PlateEvent, Sighting
+from streamer.delivery.events import PlateEvent, Sighting
 
 _counter = itertools.count(1)
 

@@ -10,7 +10,7 @@ what ``run.sh prepare`` packed here and then runs this script, once, within a ti
    ``plate_recognition`` (the BLS, CPU work: letterbox, NMS, crops) is copied unchanged.
 2. Preflight: every ``model.pt`` on the GPU against the CPU (max abs difference) and its
    latency per batch size; the packages the Python-backend stub will import (numpy<2 first).
-3. An :class:`streamer.triton_server.EmbeddedTriton` (the ``tritonserver`` of the
+3. An :class:`streamer.inference.embedded.server.EmbeddedTriton` (the ``tritonserver`` of the
    ``nvidia-pytriton`` wheel) serves the copy. If ``KIND_GPU`` does not load (``--instance-kind
    auto``), it is retried with ``KIND_CPU`` instances whose ``model.py`` still runs on the GPU.
 4. For each stream count N: N client processes, each one gRPC stream to ``plate_recognition``
@@ -814,13 +814,16 @@ def _setup_logging(out: Path) -> None:
     console.setLevel(logging.INFO)
     console.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     console.addFilter(
-        lambda r: not r.name.startswith("streamer.triton_server") or r.levelno >= logging.WARNING
+        lambda r: (
+            not r.name.startswith("streamer.inference.embedded.server")
+            or r.levelno >= logging.WARNING
+        )
     )
     root.addHandler(console)
     server_log = logging.FileHandler(out / "triton.log")
     server_log.setLevel(logging.DEBUG)
-    server_log.addFilter(lambda r: r.name.startswith("streamer.triton_server"))
-    logging.getLogger("streamer.triton_server").setLevel(logging.DEBUG)
+    server_log.addFilter(lambda r: r.name.startswith("streamer.inference.embedded.server"))
+    logging.getLogger("streamer.inference.embedded.server").setLevel(logging.DEBUG)
     root.addHandler(server_log)
 
 
@@ -888,7 +891,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     sys.path.insert(0, str(REPO))
-    from streamer.triton_server import EmbeddedTriton, TritonStartError
+    from streamer.inference.embedded.server import EmbeddedTriton, TritonStartError
 
     # Frames (6 MB each) reach the BLS through the Python backend's shared memory: start it
     # large enough for several at once, when /dev/shm has room (each stub gets a region).

@@ -2,7 +2,7 @@
 
 :class:`AnnotatedCameraTrack` is the producer of a camera's live view: its
 ``recv()`` waits for a snapshot newer than the one it sent last (asking the
-:class:`~streamer.view_source.ViewSource` at most once per frame interval,
+:class:`~streamer.web.view_source.ViewSource` at most once per frame interval,
 and only while someone calls ``recv()``), has it drawn and converted to YUV 4:2:0
 off the event loop and returns it as an ``av.VideoFrame`` on a 90 kHz clock. A camera has one such
 track however many people watch: :class:`~streamer.web.feed.CameraFeed` fans it
@@ -28,9 +28,9 @@ import numpy as np
 from aiortc import MediaStreamTrack
 from aiortc.mediastreams import MediaStreamError
 
-from streamer.frames import Frame
-from streamer.view_source import Snapshot, ViewSource
+from streamer.domain.frames import Frame
 from streamer.web.overlay import MAX_WIDTH, render
+from streamer.web.view_source import Snapshot, ViewSource
 
 VIDEO_CLOCK_RATE = 90_000
 VIDEO_TIME_BASE = fractions.Fraction(1, VIDEO_CLOCK_RATE)

@@ -20,11 +20,11 @@ import numpy as np
 from aiortc import MediaStreamTrack
 from aiortc.contrib.media import MediaRelay
 
-from streamer.frames import Frame
-from streamer.passes import TrackedPlate
-from streamer.view_source import Snapshot, ViewSource
+from streamer.domain.frames import Frame
+from streamer.tracking.passes import TrackedPlate
 from streamer.web.annotated_track import KEEPALIVE_S, AnnotatedCameraTrack
 from streamer.web.overlay import MAX_WIDTH, encode_jpeg, render
+from streamer.web.view_source import Snapshot, ViewSource
 
 LOG = logging.getLogger(__name__)
 

@@ -15,8 +15,8 @@ from collections.abc import Sequence
 import cv2
 import numpy as np
 
-from streamer.passes import TrackedPlate
-from streamer.view_source import Snapshot
+from streamer.tracking.passes import TrackedPlate
+from streamer.web.view_source import Snapshot
 
 #: BGR colours.
 CONFIRMED_COLOR = (0, 255, 0)

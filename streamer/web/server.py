@@ -50,13 +50,13 @@ from aiortc import (
     RTCSessionDescription,
 )
 
-from streamer.config import CAMERA_NAME_PATTERN, WebConfig
-from streamer.events import PlateEvent
-from streamer.view_source import CameraStatus, Snapshot, ViewSource
+from streamer.config.schema import CAMERA_NAME_PATTERN, WebConfig
+from streamer.delivery.events import PlateEvent
 from streamer.web.annotated_track import SnapshotWaiter
 from streamer.web.feed import JPEG_QUALITY, CameraFeed, Pace
 from streamer.web.overlay import MAX_WIDTH, encode_jpeg, render
 from streamer.web.page import page
+from streamer.web.view_source import CameraStatus, Snapshot, ViewSource
 
 LOG = logging.getLogger(__name__)
 

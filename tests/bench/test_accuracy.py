@@ -10,7 +10,7 @@ import pytest
 
 from bench.accuracy import TRUTH, VARIANTS, build
 from bench.common import source_clip
-from streamer.replay import load_truth
+from streamer.cli.replay import load_truth
 
 
 def test_every_variant_has_a_truth_and_every_truth_a_variant() -> None:

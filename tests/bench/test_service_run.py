@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from webhook_receiver import make_event
-
 from bench.service_run import RecordingSink
+from tests.webhook_receiver import make_event
 
 
 async def test_a_correction_replaces_the_pass_text_and_is_no_new_event() -> None:

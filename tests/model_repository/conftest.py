@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from streamer.triton_server import EmbeddedTriton
+from streamer.inference.embedded.server import EmbeddedTriton
 
 
 @pytest.fixture(scope="session", params=["torchscript", "openvino"])

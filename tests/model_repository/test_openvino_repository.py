@@ -13,10 +13,10 @@ import pytest
 
 from converters import assets
 from converters.onnx_export import cpu_supports_bf16
-from streamer.frames import Frame, PlateReading
-from streamer.inference import PlateRecognizer
-from streamer.tracker import iou_matrix
-from streamer.triton_server import EmbeddedTriton, TritonStartError
+from streamer.domain.frames import Frame, PlateReading
+from streamer.inference.client import PlateRecognizer
+from streamer.inference.embedded.server import EmbeddedTriton, TritonStartError
+from streamer.tracking.tracker import iou_matrix
 
 MIN_IOU = 0.99
 

@@ -17,7 +17,7 @@ from tritonclient.grpc import InferInput, InferRequestedOutput, InferResult
 
 from converters import assets
 from converters.paths import import_plate_ops
-from streamer.plate_formats import PlateFormats
+from streamer.tracking.plate_formats import PlateFormats
 
 plate_ops = import_plate_ops()
 

@@ -1,0 +1,1 @@
+"""Command line: `python -m streamer run | recognise | replay | deadletters`."""

@@ -1,0 +1,1 @@
+"""Configuration: one pydantic schema, read from bounded YAML with ${VAR} interpolation."""

@@ -1,0 +1,1 @@
+"""Delivery: events built from decided passes, the durable outbox, sinks and webhooks."""

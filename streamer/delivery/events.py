@@ -1,0 +1,220 @@
+"""Plate events: what a vehicle pass becomes, and where events go (sinks).
+
+A sink receives each event once, in order per camera. Sinks here write JSON
+lines to stdout or to a file; the durable webhook outbox plugs in as another
+``EventSink``. A sink that is slow holds up only the event path, never
+inference (events are rare: one per vehicle pass).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import sys
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO, Any, Protocol
+
+import cv2
+import numpy as np
+
+from streamer.domain.frames import Frame
+from streamer.tracking.passes import PlatePass
+
+#: Extra context around the plate in the crop, as a fraction of the box size.
+CROP_MARGIN = 0.15
+
+
+@dataclass(frozen=True)
+class Sighting:
+    """When a plate was seen: UTC wall time and the stream's own time."""
+
+    utc: str
+    stream_time_s: float
+
+    @classmethod
+    def of(cls, frame: Frame) -> Sighting:
+        moment = datetime.fromtimestamp(frame.wall_time, tz=UTC)
+        return cls(moment.isoformat(timespec="milliseconds"), round(frame.pts_s, 3))
+
+
+@dataclass(frozen=True)
+class PlateEvent:
+    """One vehicle pass: the payload every sink receives (see docs/events.md)."""
+
+    event_id: str
+    camera: str
+    text: str
+    confidence: float
+    candidates: list[tuple[str, float]]
+    track_id: int
+    reads: int
+    evidence: int
+    first_seen: Sighting
+    last_seen: Sighting
+    box: tuple[float, float, float, float]
+    crop_jpeg: bytes = field(repr=False)
+    reason: str
+    #: ``time.monotonic()`` of the frame first seen: frame-to-event latency.
+    first_seen_monotonic: float = field(repr=False, compare=False)
+    #: 1 for a pass's first report, + 1 for each correction (``plate.updated``).
+    version: int = 1
+    #: The text a correction replaces (None for version 1).
+    previous_text: str | None = None
+    #: ``{"label", "plate", "distance"}`` of the known plate matched, if any.
+    match: dict[str, Any] | None = None
+    #: The matched list is marked ``alert: true``.
+    alert: bool = False
+    #: The vote's own text when ``text`` is the known plate it was snapped to.
+    voted_text: str | None = None
+    #: Stream seconds from the pass's first read to this decision.
+    decided_after_s: float = 0.0
+    #: Per character of the voted text, its fused probability.
+    char_confidence: tuple[float, ...] = ()
+
+    @property
+    def type(self) -> str:
+        return "plate" if self.version == 1 else "plate.updated"
+
+    @property
+    def message_id(self) -> str:
+        """This message's id (``webhook-id``, the outbox's key): the event id for the first
+        report, ``<event_id>.v<version>`` for a correction."""
+        return self.event_id if self.version == 1 else f"{self.event_id}.v{self.version}"
+
+    def to_dict(self, include_crop: bool = True) -> dict[str, Any]:
+        payload: dict[str, Any] = {
+            "type": self.type,
+            "event_id": self.event_id,
+            "version": self.version,
+            "camera": self.camera,
+            "text": self.text,
+            "confidence": round(self.confidence, 4),
+            "char_confidence": [round(c, 3) for c in self.char_confidence],
+            "candidates": [{"text": t, "score": round(s, 4)} for t, s in self.candidates],
+            "track_id": self.track_id,
+            "reads": self.reads,
+            "evidence": self.evidence,
+            "first_seen": {
+                "utc": self.first_seen.utc,
+                "stream_time_s": self.first_seen.stream_time_s,
+            },
+            "last_seen": {
+                "utc": self.last_seen.utc,
+                "stream_time_s": self.last_seen.stream_time_s,
+            },
+            "box": [round(v, 1) for v in self.box],
+            "reason": self.reason,
+            "decided_after_s": round(self.decided_after_s, 3),
+        }
+        if self.previous_text is not None:
+            payload["previous_text"] = self.previous_text
+        if self.match is not None:
+            payload["match"] = dict(self.match)
+        if self.voted_text is not None:
+            payload["voted_text"] = self.voted_text
+        if self.alert:
+            payload["alert"] = True
+        if include_crop:
+            payload["crop_jpeg_base64"] = base64.b64encode(self.crop_jpeg).decode("ascii")
+        return payload
+
+
+def crop_jpeg(image: np.ndarray, box: tuple[float, float, float, float], quality: int) -> bytes:
+    """JPEG of the plate with a small margin (CPU work: call it in a thread)."""
+    h, w = image.shape[:2]
+    x1, y1, x2, y2 = box
+    mx, my = (x2 - x1) * CROP_MARGIN, (y2 - y1) * CROP_MARGIN
+    left, top = max(int(x1 - mx), 0), max(int(y1 - my), 0)
+    right, bottom = min(int(x2 + mx) + 1, w), min(int(y2 + my) + 1, h)
+    crop = image[top:bottom, left:right]
+    if crop.size == 0:
+        crop = np.zeros((8, 8, 3), np.uint8)
+    ok, encoded = cv2.imencode(".jpg", crop, [cv2.IMWRITE_JPEG_QUALITY, quality])
+    if not ok:
+        raise RuntimeError("JPEG encoding failed")
+    return encoded.tobytes()
+
+
+async def build_event(plate_pass: PlatePass, jpeg_quality: int) -> PlateEvent:
+    best_frame, best = plate_pass.best_frame, plate_pass.best
+    # best_frame.image inside the thread: its BGR conversion must not run on the loop
+    jpeg = await asyncio.to_thread(lambda: crop_jpeg(best_frame.image, best.box, jpeg_quality))
+    return PlateEvent(
+        event_id=plate_pass.event_id,
+        camera=plate_pass.camera,
+        text=plate_pass.text,
+        confidence=plate_pass.confidence,
+        candidates=list(plate_pass.candidates),
+        track_id=plate_pass.track_id,
+        reads=plate_pass.reads,
+        evidence=plate_pass.evidence,
+        first_seen=Sighting.of(plate_pass.first_seen),
+        last_seen=Sighting.of(plate_pass.last_seen),
+        box=best.box,
+        crop_jpeg=jpeg,
+        reason=plate_pass.reason,
+        first_seen_monotonic=plate_pass.first_seen.monotonic,
+        version=plate_pass.version,
+        previous_text=plate_pass.previous_text,
+        match=plate_pass.match.to_dict() if plate_pass.match is not None else None,
+        alert=plate_pass.match is not None and plate_pass.match.alert,
+        voted_text=plate_pass.voted_text,
+        decided_after_s=plate_pass.decided_after_s,
+        char_confidence=plate_pass.char_confidence,
+    )
+
+
+class EventSink(Protocol):
+    """Where events go. ``publish`` returns once the sink has taken the event."""
+
+    name: str
+
+    async def publish(self, event: PlateEvent) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+class JsonLinesSink:
+    """One JSON object per line, to stdout or appended to a file (written in a thread)."""
+
+    def __init__(
+        self, path: Path | None = None, *, stream: IO[str] | None = None, include_crop: bool = True
+    ) -> None:
+        if (path is None) == (stream is None):
+            raise ValueError("give exactly one of path or stream")
+        self.name = f"jsonl:{path}" if path else "stdout"
+        self.include_crop = include_crop
+        self._path = path
+        self._stream = stream
+        self._file: IO[str] | None = None
+        self._lock = asyncio.Lock()
+
+    @classmethod
+    def stdout(cls, include_crop: bool = False) -> JsonLinesSink:
+        return cls(stream=sys.stdout, include_crop=include_crop)
+
+    async def publish(self, event: PlateEvent) -> None:
+        line = json.dumps(event.to_dict(self.include_crop), ensure_ascii=False) + "\n"
+        async with self._lock:
+            await asyncio.to_thread(self._write, line)
+
+    def _write(self, line: str) -> None:
+        if self._stream is not None:
+            self._stream.write(line)
+            self._stream.flush()
+            return
+        if self._file is None:
+            assert self._path is not None
+            self._path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = self._path.open("a", encoding="utf-8")
+        self._file.write(line)
+        self._file.flush()
+
+    async def close(self) -> None:
+        async with self._lock:
+            if self._file is not None:
+                await asyncio.to_thread(self._file.close)
+                self._file = None

@@ -1,0 +1,1 @@
+"""What travels between stages: frames, plate readings, results (data, no I/O)."""

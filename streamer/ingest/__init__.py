@@ -1,0 +1,1 @@
+"""Ingest: decoding (PyAV), sampling, the frame queue and the motion gate."""

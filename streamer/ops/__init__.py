@@ -1,0 +1,1 @@
+"""Operations: metrics, logs, the ops server, start-up errors and paths."""

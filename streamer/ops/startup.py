@@ -1,0 +1,58 @@
+"""Why the service cannot start, said in one line with what to do about it.
+
+``Service.run`` raises :class:`StartupError` for what a user can fix (a port in use,
+a model repository not built, an outbox that cannot be opened, a Triton that never
+answers under ``--once``); the command line prints ``error: <message>`` and exits 1,
+without a traceback (configuration and usage errors exit 2, see streamer/cli/main.py).
+"""
+
+from __future__ import annotations
+
+import errno
+from pathlib import Path
+
+from streamer.inference.embedded.server import TritonStartError
+
+#: The model every streamer request goes to; its config marks a built repository.
+BLS_CONFIG = Path("plate_recognition") / "config.pbtxt"
+
+
+class StartupError(Exception):
+    """The service cannot start: one line, saying what to do."""
+
+
+def listen_error(exc: OSError, host: str, port: int, key: str) -> StartupError:
+    """A server that could not listen on ``host:port`` (the config key ``key``)."""
+    if exc.errno == errno.EADDRINUSE:
+        why = "the address is already in use (another process, or another copy of the service)"
+    else:
+        why = exc.strerror or str(exc)
+    return StartupError(f"cannot listen on {host}:{port} ({key}): {why}")
+
+
+def check_model_repository(repository: Path) -> None:
+    """Raise :class:`StartupError` unless ``repository`` holds a built plate_recognition."""
+    if not (repository / BLS_CONFIG).is_file():
+        raise StartupError(
+            f"the model repository {repository} is not built (no {BLS_CONFIG}): build it "
+            "with `make models` (or `python -m converters build --target cpu`), or set "
+            "triton.url to a running Triton"
+        )
+
+
+def triton_start_error(exc: TritonStartError) -> StartupError:
+    """The first line of what went wrong (the whole log was logged at DEBUG)."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    errors = lines[lines.index("errors:") + 1 :] if "errors:" in lines else []
+    detail = f": {errors[0][:300]}" if errors else ""
+    return StartupError(
+        f"the embedded Triton did not start: {lines[0] if lines else exc}{detail} "
+        "(--log-level DEBUG shows its log)"
+    )
+
+
+def outbox_error(path: Path, exc: Exception) -> StartupError:
+    return StartupError(
+        f"cannot open the outbox {path}: {exc}. Fix it (permissions, disk space), or move it "
+        "away to start with an empty one (the events it holds would then not be delivered)"
+    )

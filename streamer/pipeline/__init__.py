@@ -1,0 +1,1 @@
+"""A camera's runtime (frames -> inference -> tracking -> passes) and the supervisor."""

@@ -1,0 +1,49 @@
+"""What the web view may read from the running service (read-only, no secrets)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from streamer.delivery.events import PlateEvent
+from streamer.domain.frames import Frame
+from streamer.tracking.passes import TrackedPlate
+
+
+@dataclass(frozen=True)
+class CameraStatus:
+    name: str
+    state: str  # starting | connected | reconnecting | ended | stopped
+    url: str  # redacted: never the password
+    decode_fps: float
+    sample_fps: float
+    last_error: str | None  # redacted
+    frames_decoded: int
+    frames_sent: int
+    frames_dropped: int
+    width: int | None  # of the latest recognised frame
+    height: int | None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The latest recognised frame of a camera and the plates to draw on it."""
+
+    frame: Frame
+    plates: tuple[TrackedPlate, ...]
+
+
+class ViewSource(Protocol):
+    def camera_status(self) -> list[CameraStatus]: ...
+
+    def snapshot(self, camera: str) -> Snapshot | None:
+        """None when the camera is unknown or nothing was recognised yet."""
+        ...
+
+    def recent_events(self) -> list[PlateEvent]:
+        """The newest version of each recent pass, newest last, bounded."""
+        ...
+
+    def event(self, event_id: str) -> PlateEvent | None:
+        """A message by its id (``PlateEvent.message_id``), or a pass's newest by event id."""
+        ...

@@ -1,0 +1,56 @@
+"""The embedded Triton killed with SIGKILL mid-run comes back, and the service with it."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from pathlib import Path
+
+from converters import assets
+from converters.paths import MODEL_REPOSITORY
+from streamer.app import Service
+from streamer.config.schema import load_config
+from streamer.inference.embedded.server import _SHM_DIR, _group_members, _proc_stat
+from tests.polling import answering, until, until_status
+
+CLIP = assets.verify(assets.asset("yard_cam.ts"), assets.default_assets_dir())
+
+
+async def test_a_killed_embedded_triton_is_restarted_and_frames_are_answered_again(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "service.yaml"
+    config.write_text(
+        f"cameras:\n  - {{name: yard, url: '{CLIP}', sample_fps: 5}}\n"
+        f"triton: {{model_repository: '{MODEL_REPOSITORY}'}}\n"
+        "events: {stdout: false}\n"
+        "metrics: {port: 0}\nweb: {enabled: false}\n"
+    )
+    service = Service(load_config(config))
+    runner = asyncio.create_task(service.run())
+    try:
+        readyz = await answering(service, "yard")
+        triton = service.triton
+        assert triton is not None and triton.pid is not None
+        old_pid, old_prefix, url = triton.pid, triton.shm_prefix, triton.grpc_url
+        os.kill(old_pid, signal.SIGKILL)
+        # While it is down the service says it is not ready, and why.
+        await until_status(readyz, 503, 30)
+        answered = service.cameras["yard"].pipeline.stats.answered
+        back_after = await until(
+            lambda: service.cameras["yard"].pipeline.stats.answered > answered + 3,
+            240,
+            "answers after the restart",
+        )
+        print(f"frames answered again {back_after:.1f} s after /readyz said not ready")
+        await until_status(readyz, 200, 60)
+        assert triton.pid != old_pid and triton.grpc_url == url  # the same address
+        assert service.watchdog is not None and service.watchdog.restarts == 1
+        # Nothing of the killed server is left: no zombie, no stub, no shared memory.
+        assert _proc_stat(old_pid) is None
+        assert _group_members(old_pid) == []
+        assert not list(_SHM_DIR.glob(f"{old_prefix}*"))
+    finally:
+        service.request_stop()
+        await asyncio.wait_for(runner, 120)

@@ -1,0 +1,62 @@
+"""Region of interest and minimum plate width, on the pipeline's own filter."""
+
+from __future__ import annotations
+
+import asyncio
+
+from streamer.domain.frames import Frame, PlateReading
+from streamer.inference.scheduler import Permit
+from streamer.ingest.frame_queue import FrameQueue
+from streamer.pipeline.camera import CameraPipeline
+from streamer.tracking.passes import PassDetector
+
+
+async def _no_passes(_: object) -> None:
+    return None
+
+
+class _Unused:
+    async def acquire(self, camera: str) -> Permit:
+        raise AssertionError("not called here")
+
+    async def recognise(
+        self, frame: Frame, permit: Permit | None = None
+    ) -> tuple[PlateReading, ...]:
+        raise AssertionError("not called here")
+
+
+def _pipeline(**kwargs: object) -> CameraPipeline:
+    return CameraPipeline(
+        "gate",
+        FrameQueue(2, "wait"),
+        _Unused(),
+        PassDetector("gate"),
+        _no_passes,  # type: ignore[arg-type]
+        max_in_flight=1,
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+PLATES = (
+    PlateReading((100, 100, 160, 120), 0.8, "A123BC77", 0.9),  # centre (130, 110), 60 wide
+    PlateReading((500, 400, 530, 415), 0.8, "B456CE77", 0.9),  # centre (515, 407), 30 wide
+)
+
+
+def test_roi_keeps_plates_whose_centre_is_inside() -> None:
+    pipeline = _pipeline(roi=(0.0, 0.0, 300.0, 300.0))
+    assert pipeline._keep(PLATES) == PLATES[:1]
+    assert pipeline.stats.filtered == 1
+
+
+def test_min_plate_width() -> None:
+    pipeline = _pipeline(min_plate_width=40.0)
+    assert pipeline._keep(PLATES) == PLATES[:1]
+    assert _pipeline()._keep(PLATES) == PLATES
+
+
+def test_run_ends_with_the_queue() -> None:
+    pipeline = _pipeline()
+    pipeline.queue.close()
+    asyncio.run(asyncio.wait_for(pipeline.run(), 5))
+    assert pipeline.stats.sent == 0

@@ -1,0 +1,67 @@
+import numpy as np
+import pytest
+
+from streamer.tracking import evidence
+from streamer.tracking.evidence import Sample, box_shift, image_change, is_new, plate_signature
+
+BOX = (40.0, 20.0, 120.0, 40.0)  # 80 x 20 pixels
+
+
+def _scene(seed: int = 0, offset: int = 0) -> np.ndarray:
+    """A 60x200 frame with a textured "plate" at BOX shifted right by ``offset`` pixels."""
+    rng = np.random.default_rng(seed)
+    image = np.full((60, 200, 3), 90, np.uint8)
+    image[20:40, 40 + offset : 120 + offset] = rng.integers(0, 255, (20, 80, 1), np.uint8)
+    return image
+
+
+def test_the_same_image_is_not_new() -> None:
+    image = _scene()
+    last = Sample.of(image, BOX)
+    assert image_change(last, image.copy()) == 0.0
+    assert not is_new(last, image.copy(), BOX)
+
+
+def test_a_pixel_of_box_jitter_on_a_still_image_is_not_new() -> None:
+    # The detector's box moves by a pixel on the same picture: compared in the last box.
+    image = _scene()
+    last = Sample.of(image, BOX)
+    jittered = (41.0, 19.4, 120.6, 40.5)
+    assert box_shift(BOX, jittered) < evidence.MIN_SHIFT
+    assert not is_new(last, image, jittered)
+
+
+def test_a_plate_that_moves_is_new() -> None:
+    last = Sample.of(_scene(), BOX)
+    moved = _scene(offset=4)  # 4 px: a fifth of the plate's height
+    box = (44.0, 20.0, 124.0, 40.0)
+    assert box_shift(BOX, box) == pytest.approx(0.2)
+    assert is_new(last, moved, box)
+    # Moving by a pixel a frame adds up: compared with the last *counted* read, not the last.
+    assert image_change(last, _scene(offset=1)) >= evidence.MIN_CHANGE
+
+
+def test_a_changed_picture_in_the_same_place_is_new() -> None:
+    image = _scene()
+    last = Sample.of(image, BOX)
+    brighter = image.copy()
+    brighter[20:40, 40:120] = np.clip(brighter[20:40, 40:120].astype(int) + 3, 0, 255)
+    assert image_change(last, brighter) == pytest.approx(3.0, abs=0.2)
+    assert is_new(last, brighter, BOX)
+    assert not is_new(last, brighter, BOX, min_change=5.0)
+
+
+def test_zero_thresholds_count_every_read() -> None:
+    image = _scene()
+    assert is_new(Sample.of(image, BOX), image, BOX, min_change=0.0, min_shift=0.0)
+
+
+def test_a_box_outside_the_image_gives_an_empty_signature() -> None:
+    signature = plate_signature(_scene(), (500.0, 500.0, 600.0, 520.0))
+    assert signature.shape == evidence.SIGNATURE_SIZE[::-1] and not signature.any()
+
+
+@pytest.mark.parametrize(("change", "shift"), [(-1.0, 0.1), (300.0, 0.1), (1.0, float("nan"))])
+def test_bad_thresholds_are_refused(change: float, shift: float) -> None:
+    with pytest.raises(ValueError, match="evidence_min"):
+        evidence.check(change, shift)
