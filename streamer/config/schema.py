@@ -50,6 +50,7 @@ from pydantic import (
 from pydantic.fields import FieldInfo
 
 from streamer.ops.paths import DEFAULT_MODEL_REPOSITORY
+from streamer.ops.redact import redact_text, redact_url, url_scheme
 from streamer.tracking import evidence
 from streamer.tracking.known_plates import PLATE_ENTRY, KnownList, KnownPlates
 from streamer.tracking.passes import MIN_CONFIDENCE
@@ -59,14 +60,8 @@ from streamer.tracking.plate_formats import RUSSIAN_FORMATS
 NETWORK_SCHEMES = ("rtsp", "rtsps", "http", "https")
 FILE_PREFIX = "file://"
 CAMERA_NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
-MASK = "***"
 
 _CAMERA_NAME = re.compile(CAMERA_NAME_PATTERN)
-_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
-#: Query parameters whose values are masked in :attr:`CameraConfig.redacted_url`.
-_SECRET_PARAM = re.compile(r"token|pass|pwd|secret|key|auth|sig|credential", re.IGNORECASE)
-#: ``scheme://userinfo@`` anywhere in a text (for values quoted in error messages).
-_USERINFO_IN_TEXT = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)([^/?#]*)@")
 _TRITON_URL = re.compile(r"^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+):(\d{1,5})$")
 
 
@@ -84,7 +79,7 @@ class ConfigError(Exception):
     def _message(self) -> str:
         # _redact_text: a last net for URL credentials in a key or a reason.
         lines = [
-            _redact_text(f"{key}: {reason}" if key else reason) for key, reason in self.problems
+            redact_text(f"{key}: {reason}" if key else reason) for key, reason in self.problems
         ]
         if len(lines) == 1:
             return f"{self.path}: {lines[0]}"
@@ -97,59 +92,9 @@ class ConfigError(Exception):
 # --------------------------------------------------------------------------- URLs
 
 
-def _scheme(url: str) -> str | None:
-    match = _SCHEME.match(url)
-    return match.group(1).lower() if match else None
-
-
 def is_network_url(url: str) -> bool:
     """Whether ``url`` is read over the network (``rtsp(s)://``, ``http(s)://``)."""
-    return _scheme(url) in NETWORK_SCHEMES
-
-
-def redact_url(url: str) -> str:
-    """``url`` with its user, password and secret-looking query values replaced by ``***``.
-
-    ``rtsp://admin:pw@cam/stream?token=x`` -> ``rtsp://***:***@cam/stream?token=***``.
-    A URL that does not parse cleanly is masked whole after the scheme.
-    """
-    scheme = _scheme(url)
-    if scheme is None:
-        return url
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return f"{scheme}://{MASK}"
-    netloc = parts.netloc
-    if "@" in netloc:
-        userinfo, _, host = netloc.rpartition("@")
-        netloc = f"{MASK}:{MASK}@{host}" if ":" in userinfo else f"{MASK}@{host}"
-    if "@" in parts.path or "@" in parts.query or "@" in parts.fragment:
-        # Maybe a user or password with an unencoded '/', '?' or '#' that split the
-        # authority: then no part of it can be shown safely.
-        return f"{scheme}://{MASK}"
-    query = "&".join(_redact_param(p) for p in parts.query.split("&")) if parts.query else ""
-    out = f"{url[: len(scheme)]}://{netloc}{parts.path}"
-    if query:
-        out += f"?{query}"
-    if parts.fragment:
-        out += f"#{parts.fragment}"
-    return out
-
-
-def _redact_param(param: str) -> str:
-    name, eq, _ = param.partition("=")
-    return f"{name}={MASK}" if eq and _SECRET_PARAM.search(unquote(name)) else param
-
-
-def _redact_text(text: str) -> str:
-    """Mask URL credentials anywhere in a free text (a value quoted in an error)."""
-
-    def mask(match: re.Match[str]) -> str:
-        userinfo = f"{MASK}:{MASK}" if ":" in match.group(2) else MASK
-        return f"{match.group(1)}{userinfo}@"
-
-    return _USERINFO_IN_TEXT.sub(mask, text)
+    return url_scheme(url) in NETWORK_SCHEMES
 
 
 # --------------------------------------------------------------------------- models
@@ -433,8 +378,8 @@ class CameraConfig(_Section):
     def _check_url(cls, url: str, info: ValidationInfo) -> str:
         if url != url.strip() or not url.strip():
             raise ValueError("the URL must not be empty or start or end with spaces")
-        scheme = _scheme(url)
-        if scheme is None:
+        scheme = url_scheme(url)
+        if not scheme:
             return _resolve_path(url, info)
         if scheme == "file":
             path = unquote(url[len(FILE_PREFIX) :])
@@ -856,7 +801,7 @@ def _check_http_url(url: str, what: str) -> str:
     """An http(s):// URL with a host; credentials in it are never echoed."""
     if url != url.strip() or not url:
         raise ValueError(f"the {what} must not be empty or start or end with spaces")
-    scheme = _scheme(url)
+    scheme = url_scheme(url)
     if scheme not in ("http", "https"):
         raise ValueError(f"the {what} must start with http:// or https://, got {redact_url(url)}")
     try:
@@ -1311,7 +1256,7 @@ def _interpolate_str(
             problems.append(
                 (
                     loc,
-                    f"malformed reference {_redact_text(shown)!r}: write ${{NAME}} or "
+                    f"malformed reference {redact_text(shown)!r}: write ${{NAME}} or "
                     "${NAME:-default} (NAME of letters, digits and _), or $${ for a literal ${",
                 )
             )
@@ -1382,7 +1327,7 @@ def _reason(err: Any) -> str:
         return f"should be a list, got {_type_name(value)}"
     if kind == "value_error":
         message = str(err.get("ctx", {}).get("error", err["msg"]))
-        return _redact_text(message)
+        return redact_text(message)
     message = str(err["msg"])
     if _quotable(loc, value):
         message += f" (got {_quote(value)})"
@@ -1485,7 +1430,7 @@ def _quote(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):
-        text = _redact_text(value)
+        text = redact_text(value)
         return repr(text if len(text) <= 80 else text[:77] + "...")
     return repr(value)
 

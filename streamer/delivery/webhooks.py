@@ -55,8 +55,8 @@ from standardwebhooks import Webhook
 from streamer.config.schema import OutboxConfig, Settings, WebhookTargetConfig
 from streamer.delivery.events import PlateEvent
 from streamer.delivery.outbox import DeadLetter, Outbox, OutboxError, PendingDelivery
-from streamer.ops.logs import scrub
 from streamer.ops.metrics import Metrics
+from streamer.ops.redact import redact_text
 
 LOG = logging.getLogger(__name__)
 
@@ -439,7 +439,7 @@ class WebhookSink:
         except TimeoutError:
             return Outcome("retry", f"timeout: no answer within {config.timeout_s:g} s")
         except aiohttp.ClientError as exc:
-            detail = scrub(str(exc)) or "(no detail)"
+            detail = redact_text(str(exc)) or "(no detail)"
             return Outcome("retry", f"{type(exc).__name__}: {detail}")
 
     async def _record(self, target: _Target, item: PendingDelivery, outcome: Outcome) -> None:
@@ -497,7 +497,7 @@ async def _error_text(response: aiohttp.ClientResponse) -> str:
     except (aiohttp.ClientError, TimeoutError):
         return ""
     text = " ".join(raw.decode("utf-8", errors="replace").split())
-    return scrub(text[:ERROR_BODY_CHARS])
+    return redact_text(text[:ERROR_BODY_CHARS])
 
 
 async def create_webhook_sink(

@@ -45,12 +45,10 @@ import contextlib
 import logging
 import math
 import random
-import re
 import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Literal
-from urllib.parse import unquote
 
 import av
 import av.error
@@ -58,6 +56,7 @@ import av.error
 from streamer.domain.frames import Frame
 from streamer.ingest.frame_queue import FrameQueue
 from streamer.ingest.motion import MotionGate
+from streamer.ops.redact import redact_text, redact_url, secrets_of, url_scheme
 
 _LOG = logging.getLogger(__name__)
 
@@ -85,57 +84,6 @@ PREVIEW_INTERVAL_S = 1.0
 _SKIP_MIN_RATIO = 2.0
 _SKIP_CHECK_S = 2.0
 _SKIP_RATE_MARGIN = 1.2
-
-_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
-_URL_WITH_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)[^\s/?#'\"]*@")
-
-
-def url_scheme(url: str) -> str:
-    """The lower-cased scheme of ``url`` ("" for a plain path)."""
-    match = _SCHEME.match(url)
-    return match.group(1).lower() if match else ""
-
-
-def _split_userinfo(url: str) -> tuple[str, str, str] | None:
-    """``(prefix, userinfo, rest)`` as FFmpeg splits it (last '@' before the path), or None."""
-    match = _SCHEME.match(url)
-    if not match:
-        return None
-    start = match.end()
-    authority_end = len(url)
-    for sep in "/?#":
-        pos = url.find(sep, start)
-        if pos != -1:
-            authority_end = min(authority_end, pos)
-    at = url.rfind("@", start, authority_end)
-    if at == -1:
-        return None
-    return url[:start], url[start:at], url[at:]
-
-
-def redact_url(url: str) -> str:
-    """``url`` with its user and password replaced by ``***`` (safe to log).
-
-    ``rtsp://admin:pw@cam/stream`` -> ``rtsp://***:***@cam/stream``; URLs without
-    credentials and plain paths are returned unchanged.
-    """
-    parts = _split_userinfo(url)
-    if parts is None:
-        return url
-    prefix, userinfo, rest = parts
-    redacted = "***:***" if ":" in userinfo else "***"
-    return f"{prefix}{redacted}{rest}"
-
-
-def _secrets_of(url: str) -> list[str]:
-    """The password of ``url`` as written and percent-decoded (longest first)."""
-    parts = _split_userinfo(url)
-    if parts is None or ":" not in parts[1]:
-        return []
-    password = parts[1].split(":", 1)[1]
-    found = {password, unquote(password)}
-    # Very short passwords would mangle unrelated text; the URL itself is still replaced.
-    return sorted((s for s in found if len(s) >= 3), key=len, reverse=True)
 
 
 @dataclass(slots=True)
@@ -247,7 +195,7 @@ class CameraSource:
         self.name = name
         self._url = url
         self.redacted_url = redacted_url if redacted_url is not None else redact_url(url)
-        self._secrets = _secrets_of(url)
+        self._secrets = secrets_of(url)
         self.live = url_scheme(url) in LIVE_SCHEMES
         self.sample_fps = float(sample_fps)
         self.realtime = realtime
@@ -357,11 +305,7 @@ class CameraSource:
         return generation == self._generation and not self._stop.is_set()
 
     def _redact(self, text: str) -> str:
-        text = text.replace(self._url, self.redacted_url)
-        text = _URL_WITH_USERINFO.sub(lambda m: redact_url(m.group(0)), text)
-        for secret in self._secrets:
-            text = text.replace(secret, "***")
-        return text
+        return redact_text(text.replace(self._url, self.redacted_url), self._secrets)
 
     def _error_text(self, exc: BaseException) -> str:
         return self._redact(f"{type(exc).__name__}: {exc}")

@@ -2,28 +2,17 @@
 
 Camera URLs are logged in their redacted form by the code that logs them; the
 filter here is the safety net for anything else (a library's exception text
-that quotes the URL, say): ``scheme://user:password@`` becomes ``scheme://***:***@``.
+that quotes the URL, say), with the one rule of streamer/ops/redact.py.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import re
 import sys
 from datetime import UTC, datetime
 
-_CREDENTIALS = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)[^/\s@:]+(:[^/\s@]*)?@")
-_QUERY_SECRET = re.compile(
-    r"(?P<key>[?&](?:[a-z_]*(?:token|password|passwd|secret|key)[a-z_]*)=)[^&\s]+", re.IGNORECASE
-)
-
-
-def scrub(text: str) -> str:
-    """Replace URL credentials and secret-looking query parameters with ``***``."""
-    text = _CREDENTIALS.sub(r"\g<scheme>***:***@", text)
-    return _QUERY_SECRET.sub(r"\g<key>***", text)
-
+from streamer.ops.redact import redact_text
 
 _FORMATTER = logging.Formatter()
 
@@ -31,11 +20,11 @@ _FORMATTER = logging.Formatter()
 class RedactingFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
-        cleaned = scrub(message)
+        cleaned = redact_text(message)
         if record.exc_info and record.exc_info[1] is not None:
             # Formatted here, once, so that the text can be scrubbed: the stack is kept, the
             # secrets an exception message quotes are not.
-            record.exc_text = scrub(_FORMATTER.formatException(record.exc_info))
+            record.exc_text = redact_text(_FORMATTER.formatException(record.exc_info))
             record.exc_info = None
         if cleaned != message or record.args:
             record.msg, record.args = cleaned, None

@@ -1,26 +1,7 @@
 import json
 import logging
 
-import pytest
-
-from streamer.ops.logs import JsonFormatter, RedactingFilter, scrub
-
-
-@pytest.mark.parametrize(
-    ("text", "expected"),
-    [
-        ("rtsp://admin:hunter2@10.0.0.5/live", "rtsp://***:***@10.0.0.5/live"),
-        ("open rtsps://u:p@cam:322/x failed", "open rtsps://***:***@cam:322/x failed"),
-        (
-            "http://cam/stream?user=a&password=s3cr3t&x=1",
-            "http://cam/stream?user=a&password=***&x=1",
-        ),
-        ("https://h/hook?access_token=abc", "https://h/hook?access_token=***"),
-        ("rtsp://cam.local/live", "rtsp://cam.local/live"),
-    ],
-)
-def test_scrub(text: str, expected: str) -> None:
-    assert scrub(text) == expected
+from streamer.ops.logs import JsonFormatter, RedactingFilter
 
 
 def test_filter_scrubs_arguments_and_exceptions() -> None:
