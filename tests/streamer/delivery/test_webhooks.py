@@ -478,7 +478,7 @@ async def test_kill_9_with_deliveries_pending_then_restart_delivers_every_event(
         sys.executable,
         "-c",
         KILL_CHILD,
-        str(PROJECT / "tests"),
+        str(PROJECT),
         receiver.url,
         str(db),
         receiver.secret,

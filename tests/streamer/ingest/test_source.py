@@ -23,8 +23,6 @@ from converters import assets
 from streamer.domain.frames import Frame
 from streamer.ingest.frame_queue import FrameQueue
 from streamer.ingest.source import CameraSource
-
-# tests/ is on sys.path: pytest puts the folder of tests/conftest.py there (no __init__.py).
 from tests.footage import sample_times
 from tests.rtsp_server import SYSTEM_PYTHON, RtspServer
 
