@@ -37,9 +37,8 @@ from streamer.cli.replay import (
     run_replay,
     totals,
 )
-from streamer.config.schema import load_config
+from streamer.config import EventsConfig, load_config
 from streamer.inference.embedded.server import EmbeddedTriton
-from streamer.tracking.passes import MIN_CONFIDENCE
 
 TRUTH = PROJECT_ROOT / "bench" / "accuracy_truth.yaml"
 #: The known-plate list the altered variants are replayed with a second time.
@@ -234,7 +233,8 @@ def document(results: Results, seconds: float) -> str:
         f"{len(results.scores)} variants of the shared yard clip, built with ffmpeg, each "
         "played once as fast as possible through the whole service on the embedded CPU "
         "Triton (default config: OpenVINO, sample_fps 5, events.min_confidence "
-        f"{MIN_CONFIDENCE}), scored with `python -m streamer replay`. {seconds:.0f} s.",
+        f"{EventsConfig().min_confidence}), scored with `python -m streamer replay`. "
+        f"{seconds:.0f} s.",
         "",
         f"**Footage ({len(footage)} variants): {_summary(total)}**; "
         f"{total['unreadable_clips_with_events']} unreadable clips with an event.",

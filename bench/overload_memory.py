@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     # Imported from the checkout under test.
     from converters import assets
     from streamer.app import Service
-    from streamer.config.schema import load_config
+    from streamer.config import load_config
 
     clip = assets.verify(assets.asset("yard_cam.ts"), assets.default_assets_dir())
     cameras = "\n".join(

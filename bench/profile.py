@@ -204,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{args.target}: {result['frames']} frames, {result['frames_per_s']:.2f} fps")
         else:
             if args.target == "bare":
-                from streamer.inference.embedded.server import default_model_env
+                from streamer.inference.embedded.environment import default_model_env
 
                 clip = trim_clip(source, args.seconds, work / "clip.ts")
                 env = default_model_env()

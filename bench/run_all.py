@@ -178,7 +178,7 @@ def make_plan(args: argparse.Namespace) -> Plan:
 
 def transport_choice() -> tuple[str, Any, tuple[Any, ...]] | None:
     """``(field, default, choices)`` of a ``*transport*`` Literal in ``TritonConfig``, if any."""
-    from streamer.config.schema import TritonConfig
+    from streamer.config import TritonConfig
 
     for name, info in TritonConfig.model_fields.items():
         if "transport" not in name:
@@ -252,7 +252,7 @@ class Suite:
         return result
 
     def bare(self, clip: Path) -> dict[str, Any]:
-        from streamer.inference.embedded.server import default_model_env
+        from streamer.inference.embedded.environment import default_model_env
 
         env = default_model_env()
         python = env / "bin" / "python" if env is not None else None
@@ -331,7 +331,7 @@ class Suite:
 
     @staticmethod
     def triton_timeout_s() -> float:
-        from streamer.config.schema import TritonConfig
+        from streamer.config import TritonConfig
 
         return float(TritonConfig().request_timeout_s)
 

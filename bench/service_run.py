@@ -38,7 +38,7 @@ import yaml
 
 from bench.common import cpu_delta, self_cpu_s, tree_cpu_by_label, tree_rss_by_label
 from streamer.app import Service
-from streamer.config.schema import CameraConfig, Settings, load_config
+from streamer.config import CameraConfig, Settings, load_config
 from streamer.delivery.events import PlateEvent
 
 SERVICE_LOG_LEVEL = logging.WARNING
@@ -212,8 +212,7 @@ def run_service(
     recorder = RecordingSink()
 
     async def main() -> dict[str, Any]:
-        service = Service(settings, once=duration_s is None)
-        service.sinks.append(recorder)
+        service = Service(settings, once=duration_s is None, extra_sinks=[recorder])
         cpu0, triton0 = self_cpu_s(), tree_cpu_by_label(triton_pid)
         started = time.perf_counter()
         await _run(service, duration_s)
@@ -326,8 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     latencies: list[tuple[float, float]] = []
 
     async def run() -> dict[str, Any]:
-        service = Service(settings, once=False)
-        service.sinks.append(recorder)
+        service = Service(settings, once=False, extra_sinks=[recorder])
         started = time.monotonic()
         if args.tracemalloc:
             asyncio.get_running_loop().call_later(

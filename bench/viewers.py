@@ -37,7 +37,7 @@ import psutil
 
 from converters import assets
 from streamer.app import Service
-from streamer.config.schema import load_config
+from streamer.config import load_config
 from streamer.web import WebServer
 
 LOG = logging.getLogger("bench.viewers")

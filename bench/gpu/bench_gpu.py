@@ -891,7 +891,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     sys.path.insert(0, str(REPO))
-    from streamer.inference.embedded.server import EmbeddedTriton, TritonStartError
+    from streamer.inference.embedded.errors import TritonStartError
+    from streamer.inference.embedded.server import EmbeddedTriton
 
     # Frames (6 MB each) reach the BLS through the Python backend's shared memory: start it
     # large enough for several at once, when /dev/shm has room (each stub gets a region).

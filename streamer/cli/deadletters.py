@@ -26,8 +26,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-from streamer.config.schema import ConfigError, Settings, load_config
-from streamer.delivery.outbox import DeadLetter, Outbox, OutboxError
+from streamer.config import ConfigError, Settings, load_config
+from streamer.delivery.outbox import Outbox, OutboxError
+from streamer.delivery.outbox_sql import DeadLetter
 
 #: Widest reason shown in the table (the outbox keeps the whole of it).
 REASON_WIDTH = 80

@@ -37,7 +37,7 @@ from typing import Any
 
 import yaml
 
-from streamer.config.schema import ConfigError, Settings
+from streamer.config import ConfigError, Settings
 from streamer.delivery.events import PlateEvent
 from streamer.domain.frames import FrameResult
 from streamer.tracking.plate_formats import PlateFormats

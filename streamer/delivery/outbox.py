@@ -22,7 +22,8 @@ deduplicated by the receiver).
 
 Threading: the one ``sqlite3`` connection lives in one dedicated worker thread
 (an executor with a single worker); every public method is a coroutine that
-runs its statements there, so the event loop never waits on the disk, and jobs
+runs its statement (streamer/delivery/outbox_sql.py: the schema, the statements and
+the rows they give) there, so the event loop never waits on the disk, and jobs
 run in the order they were submitted.
 
 Times stored are wall-clock Unix seconds (``time.time()``): they must survive a
@@ -38,55 +39,32 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import os
 import sqlite3
-import time
 from collections.abc import Callable, Collection, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
+from streamer.delivery import outbox_sql as sql
 from streamer.delivery.events import PlateEvent
+from streamer.delivery.outbox_sql import (
+    SCHEMA,
+    SCHEMA_VERSION,
+    DeadLetter,
+    OutboxStats,
+    PendingDelivery,
+)
 from streamer.ops.metrics import Metrics
 
 LOG = logging.getLogger(__name__)
 T = TypeVar("T")
 
-SCHEMA_VERSION = 1
 #: How long a statement waits for another connection's write lock (the CLI's, say).
 BUSY_TIMEOUT_S = 5.0
-
-PENDING, DELIVERED, DEAD = "pending", "delivered", "dead"
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS events (
-    seq        INTEGER PRIMARY KEY AUTOINCREMENT,  -- insertion order (stable across VACUUM)
-    event_id   TEXT    NOT NULL UNIQUE,
-    camera     TEXT    NOT NULL,
-    created_at REAL    NOT NULL,
-    payload    TEXT    NOT NULL,                    -- PlateEvent.to_dict(include_crop=False)
-    crop       BLOB    NOT NULL
-);
-CREATE TABLE IF NOT EXISTS deliveries (
-    event_id        TEXT    NOT NULL REFERENCES events(event_id) ON DELETE CASCADE,
-    target          TEXT    NOT NULL,
-    seq             INTEGER NOT NULL,
-    camera          TEXT    NOT NULL,
-    state           TEXT    NOT NULL CHECK (state IN ('pending', 'delivered', 'dead')),
-    attempts        INTEGER NOT NULL DEFAULT 0,
-    next_attempt_at REAL    NOT NULL,
-    last_attempt_at REAL,
-    last_error      TEXT,
-    delivered_at    REAL,
-    PRIMARY KEY (event_id, target)
-);
-CREATE INDEX IF NOT EXISTS deliveries_lane ON deliveries (target, state, camera, seq);
-CREATE INDEX IF NOT EXISTS deliveries_seq ON deliveries (target, seq);
-CREATE INDEX IF NOT EXISTS deliveries_delivered ON deliveries (state, delivered_at);
-"""
 
 
 def _identity(path: Path) -> tuple[int, int] | None:
@@ -100,44 +78,6 @@ def _identity(path: Path) -> tuple[int, int] | None:
 
 class OutboxError(Exception):
     """The outbox database failed (disk full, I/O error, read-only, missing file, ...)."""
-
-
-@dataclass(frozen=True)
-class PendingDelivery:
-    """An event due for delivery to one target (the oldest pending one of its camera)."""
-
-    event_id: str  # the message id (PlateEvent.message_id): the webhook-id
-    camera: str
-    seq: int
-    created_at: float
-    attempts: int
-    #: ``PlateEvent.to_dict(include_crop=False)``
-    payload: dict[str, Any]
-    #: The crop JPEG when asked for (``with_crop=True``), else None.
-    crop: bytes | None
-
-
-@dataclass(frozen=True)
-class DeadLetter:
-    """An event given up on for one target, with the reason."""
-
-    event_id: str
-    target: str
-    camera: str
-    text: str | None
-    created_at: float
-    attempts: int
-    last_attempt_at: float | None
-    reason: str
-
-
-@dataclass(frozen=True)
-class OutboxStats:
-    """One target's backlog: undelivered events, the age of the oldest, dead letters."""
-
-    depth: int
-    oldest_age_s: float
-    dead: int
 
 
 class Outbox:
@@ -209,7 +149,7 @@ class Outbox:
                     f"understands ({SCHEMA_VERSION})"
                 )
             conn.executescript(
-                f"BEGIN IMMEDIATE;{_SCHEMA}PRAGMA user_version={SCHEMA_VERSION};COMMIT;"
+                f"BEGIN IMMEDIATE;{SCHEMA}PRAGMA user_version={SCHEMA_VERSION};COMMIT;"
             )
         except BaseException:
             conn.close()
@@ -324,63 +264,30 @@ class Outbox:
         if not self.targets:
             raise ValueError("the outbox was opened without targets: nothing to deliver to")
         payload = json.dumps(event.to_dict(include_crop=False), ensure_ascii=False)
-        crop = bytes(event.crop_jpeg)
-        targets = self.targets
-
-        def add(conn: sqlite3.Connection) -> bool:
-            now = time.time()
-            cursor = conn.execute(
-                "INSERT OR IGNORE INTO events (event_id, camera, created_at, payload, crop) "
-                "VALUES (?, ?, ?, ?, ?)",
-                (event.message_id, event.camera, now, payload, crop),
-            )
-            if cursor.rowcount == 0:
-                return False
-            seq = cursor.lastrowid
-            conn.executemany(
-                "INSERT INTO deliveries (event_id, target, seq, camera, state, next_attempt_at) "
-                "VALUES (?, ?, ?, ?, 'pending', ?)",
-                [(event.message_id, target, seq, event.camera, now) for target in targets],
-            )
-            return True
-
+        add = functools.partial(
+            sql.add,
+            event_id=event.message_id,
+            camera=event.camera,
+            payload=payload,
+            crop=bytes(event.crop_jpeg),
+            targets=self.targets,
+        )
         return await self._call(add, "add", write=True)
 
     async def mark_delivered(self, event_id: str, target: str) -> None:
-        def mark(conn: sqlite3.Connection) -> None:
-            now = time.time()
-            conn.execute(
-                "UPDATE deliveries SET state='delivered', attempts=attempts+1, "
-                "last_attempt_at=?, delivered_at=?, last_error=NULL "
-                "WHERE event_id=? AND target=?",
-                (now, now, event_id, target),
-            )
-
+        mark = functools.partial(sql.mark_delivered, event_id=event_id, target=target)
         await self._call(mark, "mark_delivered", write=True)
 
     async def mark_retry(self, event_id: str, target: str, next_at: float, error: str) -> None:
         """One more failed attempt; try again at ``next_at`` (Unix seconds)."""
-
-        def mark(conn: sqlite3.Connection) -> None:
-            conn.execute(
-                "UPDATE deliveries SET attempts=attempts+1, last_attempt_at=?, "
-                "next_attempt_at=?, last_error=? WHERE event_id=? AND target=? "
-                "AND state='pending'",
-                (time.time(), next_at, error, event_id, target),
-            )
-
+        mark = functools.partial(
+            sql.mark_retry, event_id=event_id, target=target, next_at=next_at, error=error
+        )
         await self._call(mark, "mark_retry", write=True)
 
     async def mark_dead(self, event_id: str, target: str, reason: str) -> None:
         """Give up on ``event_id`` for ``target`` (a dead letter, see :meth:`redrive`)."""
-
-        def mark(conn: sqlite3.Connection) -> None:
-            conn.execute(
-                "UPDATE deliveries SET state='dead', attempts=attempts+1, last_attempt_at=?, "
-                "last_error=? WHERE event_id=? AND target=?",
-                (time.time(), reason, event_id, target),
-            )
-
+        mark = functools.partial(sql.mark_dead, event_id=event_id, target=target, reason=reason)
         await self._call(mark, "mark_dead", write=True)
 
     async def redrive(
@@ -389,40 +296,14 @@ class Outbox:
         """Dead letters back to pending, due now, attempts reset (``event_ids`` None: all;
         ``target`` None: every target). Returns how many deliveries were re-driven."""
         ids = None if event_ids is None else list(dict.fromkeys(event_ids))
-
-        def redrive(conn: sqlite3.Connection) -> int:
-            sql = (
-                "UPDATE deliveries SET state='pending', attempts=0, next_attempt_at=? "
-                "WHERE state='dead'"
-            )
-            args: list[Any] = [time.time()]
-            if target is not None:
-                sql += " AND target=?"
-                args.append(target)
-            if ids is None:
-                return conn.execute(sql, args).rowcount
-            count = 0
-            for event_id in ids:
-                count += conn.execute(sql + " AND event_id=?", [*args, event_id]).rowcount
-            return count
-
+        redrive = functools.partial(sql.redrive, ids=ids, target=target)
         return await self._call(redrive, "redrive", write=True)
 
     async def prune(self, delivered_older_than: float) -> int:
         """Forget deliveries delivered more than ``delivered_older_than`` seconds ago, and
         events with no delivery left. Pending and dead ones are kept. Returns the number
         of events removed."""
-
-        def prune(conn: sqlite3.Connection) -> int:
-            cutoff = time.time() - delivered_older_than
-            conn.execute(
-                "DELETE FROM deliveries WHERE state='delivered' AND delivered_at < ?", (cutoff,)
-            )
-            return conn.execute(
-                "DELETE FROM events WHERE NOT EXISTS "
-                "(SELECT 1 FROM deliveries d WHERE d.event_id = events.event_id)"
-            ).rowcount
-
+        prune = functools.partial(sql.prune, delivered_older_than=delivered_older_than)
         return await self._call(prune, "prune", write=True)
 
     # ------------------------------------------------------------------ reads
@@ -438,119 +319,40 @@ class Outbox:
         """Up to ``limit`` deliveries due now for ``target``: the oldest pending event of
         each camera (never a later one while an earlier one of that camera is pending),
         oldest first, skipping ``exclude_cameras`` (those with a POST in flight)."""
-        excluded = tuple(exclude_cameras)
-
-        def query(conn: sqlite3.Connection) -> list[PendingDelivery]:
-            crop = "e.crop" if with_crop else "NULL"
-            rows = conn.execute(
-                f"""
-                WITH heads AS (
-                    SELECT MIN(seq) AS seq FROM deliveries
-                    WHERE target = ? AND state = 'pending' GROUP BY camera
-                )
-                SELECT d.event_id, d.camera, d.seq, e.created_at, d.attempts, e.payload, {crop}
-                FROM heads h
-                JOIN deliveries d ON d.target = ? AND d.seq = h.seq
-                JOIN events e ON e.seq = d.seq
-                WHERE d.next_attempt_at <= ?
-                  AND d.camera NOT IN (SELECT value FROM json_each(?))
-                ORDER BY d.seq
-                LIMIT ?
-                """,
-                (target, target, time.time(), json.dumps(excluded), limit),
-            ).fetchall()
-            return [
-                PendingDelivery(r[0], r[1], r[2], r[3], r[4], json.loads(r[5]), r[6]) for r in rows
-            ]
-
+        query = functools.partial(
+            sql.next_batch,
+            target=target,
+            limit=limit,
+            excluded=tuple(exclude_cameras),
+            with_crop=with_crop,
+        )
         return await self._call(query, "next_batch")
 
     async def next_due(self, target: str, *, exclude_cameras: Collection[str] = ()) -> float | None:
         """When the earliest camera head of ``target`` (outside ``exclude_cameras``) is due
         (Unix seconds), or None when nothing is pending."""
-        excluded = json.dumps(tuple(exclude_cameras))
-
-        def query(conn: sqlite3.Connection) -> float | None:
-            row = conn.execute(
-                """
-                WITH heads AS (
-                    SELECT MIN(seq) AS seq FROM deliveries
-                    WHERE target = ? AND state = 'pending' GROUP BY camera
-                )
-                SELECT MIN(d.next_attempt_at) FROM heads h
-                JOIN deliveries d ON d.target = ? AND d.seq = h.seq
-                WHERE d.camera NOT IN (SELECT value FROM json_each(?))
-                """,
-                (target, target, excluded),
-            ).fetchone()
-            return None if row is None or row[0] is None else float(row[0])
-
+        query = functools.partial(sql.next_due, target=target, excluded=tuple(exclude_cameras))
         return await self._call(query, "next_due")
 
     async def stats(self, target: str) -> OutboxStats:
         """Depth (pending deliveries), age of the oldest pending event, dead letters."""
-
-        def query(conn: sqlite3.Connection) -> OutboxStats:
-            pending, oldest = conn.execute(
-                "SELECT COUNT(*), MIN(e.created_at) FROM deliveries d "
-                "JOIN events e ON e.seq = d.seq WHERE d.target = ? AND d.state = 'pending'",
-                (target,),
-            ).fetchone()
-            (dead,) = conn.execute(
-                "SELECT COUNT(*) FROM deliveries WHERE target = ? AND state = 'dead'", (target,)
-            ).fetchone()
-            age = 0.0 if oldest is None else max(0.0, time.time() - oldest)
-            return OutboxStats(int(pending), age, int(dead))
-
-        return await self._call(query, "stats")
+        return await self._call(functools.partial(sql.stats, target=target), "stats")
 
     async def dead_letters(self, target: str | None = None) -> list[DeadLetter]:
         """Dead letters, oldest first (``target`` None: of every target)."""
-
-        def query(conn: sqlite3.Connection) -> list[DeadLetter]:
-            sql = (
-                "SELECT d.event_id, d.target, d.camera, json_extract(e.payload, '$.text'), "
-                "e.created_at, d.attempts, d.last_attempt_at, d.last_error "
-                "FROM deliveries d JOIN events e ON e.seq = d.seq WHERE d.state = 'dead'"
-            )
-            args: tuple[str, ...] = ()
-            if target is not None:
-                sql += " AND d.target = ?"
-                args = (target,)
-            rows = conn.execute(sql + " ORDER BY d.seq, d.target", args).fetchall()
-            return [DeadLetter(*r[:7], reason=r[7] or "") for r in rows]
-
+        query = functools.partial(sql.dead_letters, target=target)
         return await self._call(query, "dead_letters")
 
     async def crop(self, event_id: str) -> bytes | None:
         """The plate crop JPEG of an event still in the outbox, else None."""
-
-        def query(conn: sqlite3.Connection) -> bytes | None:
-            row = conn.execute("SELECT crop FROM events WHERE event_id = ?", (event_id,)).fetchone()
-            return None if row is None else bytes(row[0])
-
-        return await self._call(query, "crop")
+        return await self._call(functools.partial(sql.crop, event_id=event_id), "crop")
 
     async def state(self, event_id: str, target: str) -> str | None:
         """``pending``, ``delivered`` or ``dead`` (None: not in the outbox)."""
-
-        def query(conn: sqlite3.Connection) -> str | None:
-            row = conn.execute(
-                "SELECT state FROM deliveries WHERE event_id = ? AND target = ?",
-                (event_id, target),
-            ).fetchone()
-            return None if row is None else str(row[0])
-
+        query = functools.partial(sql.state, event_id=event_id, target=target)
         return await self._call(query, "state")
 
     async def orphaned_targets(self) -> dict[str, int]:
         """Targets no longer configured that still have pending deliveries, with counts."""
-
-        def query(conn: sqlite3.Connection) -> dict[str, int]:
-            rows = conn.execute(
-                "SELECT target, COUNT(*) FROM deliveries WHERE state = 'pending' "
-                "GROUP BY target ORDER BY target"
-            ).fetchall()
-            return {str(t): int(n) for t, n in rows if t not in self.targets}
-
-        return await self._call(query, "orphaned_targets")
+        pending = await self._call(sql.pending_by_target, "orphaned_targets")
+        return {name: count for name, count in pending.items() if name not in self.targets}

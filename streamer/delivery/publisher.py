@@ -23,12 +23,12 @@ import json
 import logging
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from streamer.delivery.events import EventSink, PlateEvent, build_event
 from streamer.ops.metrics import Metrics
-from streamer.tracking.passes import PlatePass
+from streamer.tracking.plate_pass import PlatePass
 
 LOG = logging.getLogger(__name__)
 
@@ -86,6 +86,7 @@ class EventPublisher:
         #: Sinks whose last event failed: name -> why.
         self.failing: dict[str, str] = {}
         self._queue: asyncio.Queue[PlatePass] = asyncio.Queue(queue_size)
+        self._publishing = asyncio.Lock()  # held while an event goes to the sinks
 
     @property
     def healthy(self) -> bool:
@@ -119,9 +120,29 @@ class EventPublisher:
         while True:
             plate_pass = await self._queue.get()
             try:
-                await self._publish(plate_pass)
+                async with self._publishing:
+                    await self._publish(plate_pass)
             finally:
                 self._queue.task_done()
+
+    async def replace_sink(
+        self,
+        old: EventSink | None,
+        open_new: Callable[[], Awaitable[EventSink | None]],
+    ) -> EventSink | None:
+        """Close ``old`` and put the sink ``open_new()`` gives in its place (a config
+        reload); no event goes to a sink meanwhile (passes keep queueing), so none is given
+        to the old sink after it closed or missed by the new one. None: no sink (added at
+        the end when ``old`` was None)."""
+        async with self._publishing:
+            if old is not None:
+                await old.close()
+            new = await open_new()
+            at = self.sinks.index(old) if old is not None else len(self.sinks)
+            self.sinks[at : at + (old is not None)] = [new] if new is not None else []
+            if old is not None:
+                self.failing.pop(old.name, None)
+            return new
 
     async def drain(self, timeout_s: float) -> bool:
         """Wait until every queued pass is published; False if ``timeout_s`` passed first

@@ -5,58 +5,44 @@
 (a pending delivery per target) and only then wakes the delivery workers; it raises
 when the commit fails, so an event is never dropped silently.
 
-One worker task per target (``webhook-<target>``) takes the oldest pending event of
-each camera from the outbox and POSTs it with aiohttp: a camera's events go one at a
-time and in order, cameras in parallel up to ``max_concurrency``. Each target keeps
-its own progress, so a target that is down holds up no other.
+One worker per target (:class:`~streamer.delivery.webhook_worker.TargetWorker`) takes
+the oldest pending event of each camera from the outbox and POSTs it, signed
+(streamer/delivery/webhook_delivery.py): 2xx is delivered; 408, 429, 5xx, a
+connection error or a timeout is retried with backoff or after ``Retry-After``
+(streamer/delivery/retry.py), with no limit on the number of attempts; anything else
+is a dead letter, kept until re-driven (``python -m streamer deadletters``,
+:meth:`WebhookSink.redrive`). A housekeeping loop keeps the outbox gauges up to date
+and prunes delivered events after ``outbox.retention_s``.
 
-Per answer:
-
-* 2xx: delivered;
-* 408, 429, 5xx, a connection error or a timeout: retried after a capped exponential
-  backoff with full jitter (``uniform(0, min(retry_max_delay_s, retry_initial_delay_s *
-  2 ** (attempts - 1)))``), or after the answer's ``Retry-After`` (seconds or an HTTP
-  date, cut to ``retry_after_max_s``), with no limit on the number of attempts;
-* anything else (other 4xx, a 3xx: redirects are not followed): a dead letter with
-  the reason ``HTTP 400: <first 200 characters of the body>``, kept until re-driven
-  (``python -m streamer deadletters``, :meth:`WebhookSink.redrive`).
-
-Requests are signed per the Standard Webhooks specification (``webhook-id`` = the
-message id: the event id for a pass's first report, ``<event_id>.v<version>`` for a
-correction, so a receiver deduplicates re-sent messages; ``webhook-timestamp``;
-``webhook-signature`` = ``v1,<base64 HMAC-SHA256>``) with the target's ``whsec_``
-secret, which appears in no log, error or metric. The payload is
-``PlateEvent.to_dict()`` with the crop per target: ``crop_jpeg_base64``, ``crop_url``
-or nothing. See docs/events.md.
+The workers and the housekeeping loop run as parts of a
+:class:`~streamer.pipeline.supervisor.Supervisor` (the service's, so that ``/readyz``
+and the ``lpr_part_*`` metrics show them; else one of the sink's own): ``webhook:<target>``
+and ``webhooks:housekeeping``. A part that crashes (a bug, an unexpected error of the
+outbox) is logged once with its traceback and runs again after a capped backoff; the
+events it had to deliver stay pending meanwhile. :meth:`WebhookSink.close` stops them all.
+See docs/events.md.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
-import email.utils
-import functools
-import importlib.metadata
-import json
 import logging
-import math
 import random
 import time
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Any, Literal
-from urllib.parse import quote
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Any
 
 import aiohttp
-from standardwebhooks import Webhook
 
-from streamer.config.schema import OutboxConfig, Settings, WebhookTargetConfig
+from streamer.config import OutboxConfig, Settings, WebhookTargetConfig
 from streamer.delivery.events import PlateEvent
-from streamer.delivery.outbox import DeadLetter, Outbox, OutboxError, PendingDelivery
+from streamer.delivery.outbox import Outbox, OutboxError
+from streamer.delivery.outbox_sql import DeadLetter
+from streamer.delivery.webhook_delivery import USER_AGENT
+from streamer.delivery.webhook_worker import TargetWorker
 from streamer.ops.metrics import Metrics
-from streamer.ops.redact import redact_text
+from streamer.pipeline.supervisor import PartState, Supervisor
 
 LOG = logging.getLogger(__name__)
 
@@ -69,84 +55,13 @@ STATS_INTERVAL_S = 5.0
 CLOSE_TIMEOUT_S = 5.0
 #: Seconds a worker waits between tries while the outbox database is failing.
 OUTBOX_ERROR_DELAY_S = 5.0
-#: Characters of an error answer's body kept as the reason.
-ERROR_BODY_CHARS = 200
-_ERROR_BODY_BYTES = 4096
+#: The supervised part of the housekeeping loop (a target's worker: :func:`worker_part`).
+HOUSEKEEPING_PART = "webhooks:housekeeping"
 
 
-def _version() -> str:
-    try:
-        return importlib.metadata.version("lpr-streamer")
-    except importlib.metadata.PackageNotFoundError:
-        return "0+unknown"
-
-
-USER_AGENT = f"lpr-streamer/{_version()}"
-
-
-# --------------------------------------------------------------------------- policy
-
-
-def backoff_delay(attempts: int, initial_s: float, max_s: float, rng: random.Random) -> float:
-    """Full-jitter exponential backoff after ``attempts`` failed attempts (>= 1)."""
-    ceiling = min(max_s, initial_s * 2.0 ** min(max(attempts - 1, 0), 62))
-    return rng.uniform(0.0, ceiling)
-
-
-def retry_after_seconds(value: str | None, now: float | None = None) -> float | None:
-    """Seconds to wait from a ``Retry-After`` header (delay seconds or an HTTP date);
-    None when absent or unreadable."""
-    if value is None or not value.strip():
-        return None
-    value = value.strip()
-    try:
-        seconds = float(value)
-    except ValueError:
-        try:
-            when = email.utils.parsedate_to_datetime(value)
-        except (TypeError, ValueError, IndexError):
-            return None
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=UTC)
-        seconds = when.timestamp() - (time.time() if now is None else now)
-    if not math.isfinite(seconds):
-        return None
-    return max(0.0, seconds)
-
-
-def crop_url(public_base_url: str, event_id: str) -> str:
-    """Where the service serves an event's crop (the web server comes in a later issue)."""
-    return f"{public_base_url.rstrip('/')}/api/events/{quote(event_id, safe='')}/crop.jpg"
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What one POST came to."""
-
-    kind: Literal["delivered", "retry", "dead"]
-    error: str | None = None
-    #: The answer's Retry-After, in seconds, when it had one.
-    retry_after_s: float | None = None
-
-
-class _Target:
-    """A target's worker state (the secret lives only inside ``signer``)."""
-
-    def __init__(self, config: WebhookTargetConfig) -> None:
-        self.config = config
-        self.name = config.name
-        self.signer = Webhook(config.secret.get_secret_value())
-        self.wake = asyncio.Event()
-        #: camera -> its POST in flight (one per camera: per-camera order).
-        self.in_flight: dict[str, asyncio.Task[None]] = {}
-        self.task: asyncio.Task[None] | None = None
-        self.failing = False
-
-    def __repr__(self) -> str:
-        return f"_Target({self.name!r})"
-
-
-# --------------------------------------------------------------------------- the sink
+def worker_part(target: str) -> str:
+    """The supervised part that runs the worker of ``target``."""
+    return f"webhook:{target}"
 
 
 class WebhookSink:
@@ -170,8 +85,10 @@ class WebhookSink:
         close_timeout_s: float = CLOSE_TIMEOUT_S,
         outbox_error_delay_s: float = OUTBOX_ERROR_DELAY_S,
         rng: random.Random | None = None,
+        supervisor: Supervisor | None = None,
     ) -> None:
-        """Use :meth:`open`; this does not start the workers."""
+        """Use :meth:`open`; this does not start the workers. ``supervisor``: the one to
+        run the workers under (the service's); None: the sink's own."""
         names = [t.name for t in targets]
         if not targets or set(names) != set(outbox.targets):
             raise ValueError(f"targets {names} do not match the outbox's {list(outbox.targets)}")
@@ -182,10 +99,13 @@ class WebhookSink:
         self.poll_interval_s = poll_interval_s
         self.close_timeout_s = close_timeout_s
         self.outbox_error_delay_s = outbox_error_delay_s
+        self.supervisor = supervisor if supervisor is not None else Supervisor()
         self._rng = rng or random.Random()
-        self._targets = {t.name: _Target(t) for t in targets}
+        self._configs = tuple(targets)
+        #: target name -> its worker (made by _start, with the HTTP session).
+        self._workers: dict[str, TargetWorker] = {}
         self._session: aiohttp.ClientSession | None = None
-        self._housekeeping: asyncio.Task[None] | None = None
+        self._parts: list[str] = []
         self._closing: asyncio.Task[None] | None = None
 
     @classmethod
@@ -198,9 +118,11 @@ class WebhookSink:
     ) -> WebhookSink:
         """Open the outbox and start a worker per target (``options``: see ``__init__``).
 
-        Raises :class:`OutboxError` when the outbox cannot be opened.
+        Raises :class:`~streamer.delivery.outbox.OutboxError` when the outbox cannot
+        be opened.
         """
         outbox = await Outbox.open(outbox_config.path, [t.name for t in targets], metrics=metrics)
+        sink: WebhookSink | None = None
         try:
             sink = cls(
                 outbox,
@@ -212,7 +134,10 @@ class WebhookSink:
             )
             await sink._start()
         except BaseException:
-            await outbox.close()
+            if sink is None:
+                await outbox.close()
+            else:  # what started stops again (parts, session), and the outbox closes
+                await sink.close()
             raise
         return sink
 
@@ -225,45 +150,68 @@ class WebhookSink:
                 count,
                 name,
             )
-        limit = sum(t.config.max_concurrency for t in self._targets.values())
+        limit = sum(t.max_concurrency for t in self._configs)
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=limit),
             headers={"user-agent": USER_AGENT},
         )
-        for target in self._targets.values():
-            target.task = asyncio.create_task(self._run(target), name=f"webhook-{target.name}")
+        for config in self._configs:
+            worker = TargetWorker(
+                config,
+                self.outbox,
+                self.metrics,
+                self._session,
+                poll_interval_s=self.poll_interval_s,
+                outbox_error_delay_s=self.outbox_error_delay_s,
+                rng=self._rng,
+            )
+            self._workers[config.name] = worker
+            self._supervise(worker_part(config.name), worker.run)
             LOG.info(
                 "webhook %s: delivering to %s (crop: %s, up to %d in flight)",
-                target.name,
-                target.config.redacted_url,
-                target.config.crop,
-                target.config.max_concurrency,
+                config.name,
+                config.redacted_url,
+                config.crop,
+                config.max_concurrency,
             )
-        self._housekeeping = asyncio.create_task(
-            self._run_housekeeping(), name="webhook-housekeeping"
-        )
+        self._supervise(HOUSEKEEPING_PART, self._run_housekeeping)
+
+    def _supervise(self, part: str, run: Callable[[], Awaitable[None]]) -> None:
+        self.supervisor.start(part, run)
+        self._parts.append(part)
 
     @property
     def targets(self) -> tuple[str, ...]:
-        return tuple(self._targets)
+        return tuple(t.name for t in self._configs)
+
+    @property
+    def parts(self) -> dict[str, PartState]:
+        """The sink's supervised parts (workers, housekeeping) and their states."""
+        parts = self.supervisor.parts
+        return {name: parts[name] for name in self._parts if name in parts}
 
     @property
     def healthy(self) -> bool:
-        """The outbox writes and every worker runs (for readiness)."""
-        if not self.outbox.healthy or self._closing is not None:
+        """The outbox writes and every part runs, none waits to restart (for readiness)."""
+        if not self.outbox.healthy or self._closing is not None or not self._workers:
             return False
-        return all(t.task is not None and not t.task.done() for t in self._targets.values())
+        parts = self.parts
+        return len(parts) == len(self._parts) and all(p.state == "running" for p in parts.values())
 
     # ------------------------------------------------------------------ EventSink
 
     async def publish(self, event: PlateEvent) -> None:
         """Commit ``event`` to the outbox (durable when this returns), then wake the
-        workers. Raises :class:`OutboxError` when it cannot be stored."""
+        workers. Raises :class:`~streamer.delivery.outbox.OutboxError` when it
+        cannot be stored."""
         if self._closing is not None:
             raise RuntimeError("the webhook sink is closed")
         await self.outbox.add(event)
-        for target in self._targets.values():
-            target.wake.set()
+        self._wake()
+
+    def _wake(self) -> None:
+        for worker in self._workers.values():
+            worker.wake.set()
 
     async def close(self) -> None:
         """Stop the workers, give POSTs in flight ``close_timeout_s`` to finish (the rest
@@ -273,13 +221,9 @@ class WebhookSink:
         await asyncio.shield(self._closing)
 
     async def _close(self) -> None:
-        loops = [t.task for t in self._targets.values() if t.task is not None]
-        if self._housekeeping is not None:
-            loops.append(self._housekeeping)
-        for task in loops:
-            task.cancel()
-        await asyncio.gather(*loops, return_exceptions=True)
-        in_flight = [task for t in self._targets.values() for task in t.in_flight.values()]
+        # Each part cancelled and awaited (a crashed one's exception went to its log).
+        await asyncio.gather(*(self.supervisor.stop(part) for part in self._parts))
+        in_flight = [task for w in self._workers.values() for task in w.in_flight.values()]
         if in_flight:
             _, late = await asyncio.wait(in_flight, timeout=self.close_timeout_s)
             if late:
@@ -308,15 +252,14 @@ class WebhookSink:
     ) -> int:
         """Dead letters back to pending (None: all), delivered at once; returns the count."""
         count = await self.outbox.redrive(event_ids, target)
-        for t in self._targets.values():
-            t.wake.set()
+        self._wake()
         return count
 
     # ------------------------------------------------------------------ metrics
 
     async def refresh_metrics(self) -> None:
         """Set the outbox depth and oldest-age gauges of every target."""
-        for name in self._targets:
+        for name in self.targets:
             stats = await self.outbox.stats(name)
             self.metrics.outbox_depth.labels(name).set(stats.depth)
             self.metrics.outbox_oldest_age.labels(name).set(stats.oldest_age_s)
@@ -334,179 +277,15 @@ class WebhookSink:
                         LOG.info("outbox: pruned %d delivered event(s)", pruned)
             await asyncio.sleep(max(0.0, min(STATS_INTERVAL_S, next_prune - time.monotonic())))
 
-    # ------------------------------------------------------------------ workers
-
-    async def _run(self, target: _Target) -> None:
-        """A target's worker: keep up to max_concurrency cameras' heads in flight."""
-        config = target.config
-        while True:
-            target.wake.clear()
-            if not self.outbox.healthy:
-                # The database fails: go slowly, so that a full disk does not turn into
-                # a storm of POSTs whose success cannot be recorded.
-                await asyncio.sleep(self.outbox_error_delay_s)
-            timeout = self.poll_interval_s
-            try:
-                free = config.max_concurrency - len(target.in_flight)
-                if free > 0:
-                    batch = await self.outbox.next_batch(
-                        target.name,
-                        free,
-                        exclude_cameras=set(target.in_flight),
-                        with_crop=config.crop == "base64",
-                    )
-                    for item in batch:
-                        self._launch(target, item)
-                    due = await self.outbox.next_due(
-                        target.name, exclude_cameras=set(target.in_flight)
-                    )
-                    if due is not None:
-                        timeout = min(timeout, max(0.0, due - time.time()))
-            except OutboxError:  # logged and counted by the outbox
-                timeout = self.outbox_error_delay_s
-            except Exception:
-                LOG.exception("webhook %s: worker error", target.name)
-                timeout = self.outbox_error_delay_s
-            # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a
-            # cancel that lands as the wake-up fires, and close() would wait forever.
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(timeout):
-                    await target.wake.wait()
-
-    def _launch(self, target: _Target, item: PendingDelivery) -> None:
-        task = asyncio.create_task(
-            self._deliver(target, item), name=f"webhook-{target.name}-{item.camera}"
-        )
-        target.in_flight[item.camera] = task
-        task.add_done_callback(functools.partial(self._delivered, target, item.camera))
-
-    @staticmethod
-    def _delivered(target: _Target, camera: str, task: asyncio.Task[None]) -> None:
-        if target.in_flight.get(camera) is task:
-            del target.in_flight[camera]
-        target.wake.set()
-
-    async def _deliver(self, target: _Target, item: PendingDelivery) -> None:
-        try:
-            outcome = await self.post(target, item)
-            await self._record(target, item, outcome)
-        except OutboxError:
-            pass  # logged and counted; the delivery stays pending and is sent again
-        except Exception:
-            LOG.exception("webhook %s: delivering event %s failed", target.name, item.event_id)
-
-    def body(self, config: WebhookTargetConfig, item: PendingDelivery) -> str:
-        """The JSON body for one target: the stored payload plus the crop as configured."""
-        payload = dict(item.payload)
-        if config.crop == "base64":
-            if item.crop is None:
-                raise ValueError("crop: base64 needs the crop (next_batch(with_crop=True))")
-            payload["crop_jpeg_base64"] = base64.b64encode(item.crop).decode("ascii")
-        elif config.crop == "url":
-            assert config.public_base_url is not None  # checked by the config
-            payload["crop_url"] = crop_url(config.public_base_url, item.event_id)
-        return json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
-
-    async def post(self, target: _Target, item: PendingDelivery) -> Outcome:
-        """One signed POST of ``item`` to ``target``; never raises for network trouble."""
-        assert self._session is not None
-        config = target.config
-        body = self.body(config, item)
-        now = datetime.now(UTC)
-        headers = {
-            "webhook-id": item.event_id,
-            "webhook-timestamp": str(math.floor(now.timestamp())),
-            "webhook-signature": target.signer.sign(item.event_id, now, body),
-            "content-type": "application/json",
-        }
-        try:
-            async with self._session.post(
-                config.url,
-                data=body.encode("utf-8"),
-                headers=headers,
-                timeout=aiohttp.ClientTimeout(total=config.timeout_s),
-                allow_redirects=False,
-            ) as response:
-                status = response.status
-                if 200 <= status < 300:
-                    return Outcome("delivered")
-                text = await _error_text(response)
-                error = f"HTTP {status}: {text}" if text else f"HTTP {status}"
-                if status in (408, 429) or status >= 500:
-                    retry_after = retry_after_seconds(response.headers.get("Retry-After"))
-                    return Outcome("retry", error, retry_after)
-                return Outcome("dead", error)
-        except TimeoutError:
-            return Outcome("retry", f"timeout: no answer within {config.timeout_s:g} s")
-        except aiohttp.ClientError as exc:
-            detail = redact_text(str(exc)) or "(no detail)"
-            return Outcome("retry", f"{type(exc).__name__}: {detail}")
-
-    async def _record(self, target: _Target, item: PendingDelivery, outcome: Outcome) -> None:
-        config = target.config
-        name = target.name
-        if outcome.kind == "delivered":
-            self.metrics.webhook_deliveries.labels(name, "delivered").inc()
-            await self.outbox.mark_delivered(item.event_id, name)
-            if target.failing:
-                target.failing = False
-                LOG.info("webhook %s: delivering again", name)
-            LOG.info("webhook %s: delivered event %s", name, item.event_id)
-            return
-        error = outcome.error or "unknown error"
-        if outcome.kind == "dead":
-            self.metrics.webhook_deliveries.labels(name, "dead_letter").inc()
-            self.metrics.webhook_dead_letters.labels(name).inc()
-            await self.outbox.mark_dead(item.event_id, name, error)
-            LOG.warning(
-                "webhook %s: event %s (camera %s) is a dead letter: %s (see "
-                "`python -m streamer deadletters list`)",
-                name,
-                item.event_id,
-                item.camera,
-                error,
-            )
-            return
-        attempts = item.attempts + 1
-        if outcome.retry_after_s is not None:
-            delay = min(outcome.retry_after_s, config.retry_after_max_s)
-        else:
-            delay = backoff_delay(
-                attempts, config.retry_initial_delay_s, config.retry_max_delay_s, self._rng
-            )
-        self.metrics.webhook_deliveries.labels(name, "retry").inc()
-        self.metrics.webhook_retries.labels(name).inc()
-        await self.outbox.mark_retry(item.event_id, name, time.time() + delay, error)
-        if not target.failing:
-            target.failing = True
-            LOG.warning("webhook %s: delivery failed (%s); retrying with backoff", name, error)
-        LOG.debug(
-            "webhook %s: event %s attempt %d failed (%s); next in %.1f s",
-            name,
-            item.event_id,
-            attempts,
-            error,
-            delay,
-        )
-
-
-async def _error_text(response: aiohttp.ClientResponse) -> str:
-    """The first characters of an error answer's body, on one line ("" if unreadable)."""
-    try:
-        raw = await response.content.read(_ERROR_BODY_BYTES)
-    except (aiohttp.ClientError, TimeoutError):
-        return ""
-    text = " ".join(raw.decode("utf-8", errors="replace").split())
-    return redact_text(text[:ERROR_BODY_CHARS])
-
 
 async def create_webhook_sink(
     settings: Settings, metrics: Metrics, **options: Any
 ) -> WebhookSink | None:
-    """The webhook sink of ``settings`` (started), or None when no target is enabled.
+    """The webhook sink of ``settings`` (started), or None when no target is enabled;
+    ``options``: see :class:`WebhookSink` (``supervisor=``: the service's).
 
-    Raises :class:`OutboxError` when the outbox cannot be opened (the service should
-    not start: events would have nowhere durable to go).
+    Raises :class:`~streamer.delivery.outbox.OutboxError` when the outbox cannot be
+    opened (the service should not start: events would have nowhere durable to go).
     """
     targets = [t for t in settings.webhooks if t.enabled]
     if not targets:

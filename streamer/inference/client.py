@@ -30,47 +30,36 @@ import asyncio
 import contextlib
 import itertools
 import logging
-import math
 import random
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import tritonclient.grpc.aio as aioclient
-from tritonclient.grpc import InferInput, InferRequestedOutput, InferResult
+from tritonclient.grpc import InferResult
+from tritonclient.grpc.service_pb2 import ModelStreamInferResponse
 
-from streamer.config.schema import TritonConfig
-from streamer.domain.frames import CHAR_PROB_FLOOR, CharProbs, Frame, PlateReading
-from streamer.inference.scheduler import AdaptiveWindow, FairScheduler, Permit
+from streamer.config import TritonConfig
+from streamer.domain.frames import Frame, PlateReading
+from streamer.inference.messages import (
+    frame_request,
+    image_input,
+    is_deadline_error,
+    parse_answer,
+    raw_responses,
+    timeout_us,
+)
+from streamer.inference.model_errors import ModelErrors
+from streamer.inference.scheduler import FairScheduler, Permit, scheduler_for
+
+if TYPE_CHECKING:
+    from streamer.pipeline.supervisor import Supervisor
 
 LOG = logging.getLogger(__name__)
 
-OUTPUTS = ("boxes", "det_scores", "texts", "text_scores", "char_probs", "alphabet")
-#: What the BLS model (model_repository/plate_recognition/1/model.py) and Triton's queue
-#: policy say when a request's timeout has passed.
-DEADLINE_MARKERS = ("deadline exceeded", "request timeout expired")
-_US_PER_S = 1_000_000
 _OVERDUE_CHECK_S = 0.25
-#: Frames in flight before any latency is measured; the window grows from here.
-INITIAL_WINDOW = 2
-#: Consecutive frames the model answers with an error before the service is not ready.
-MODEL_ERRORS_NOT_READY = 3
-#: While the model keeps failing, its errors are logged at WARNING at most this often.
-MODEL_ERROR_LOG_EVERY_S = 30.0
-
-
-def scheduler_for(config: TritonConfig) -> FairScheduler:
-    """The fair, adaptive scheduler of one Triton endpoint, from the ``triton`` section."""
-    window = AdaptiveWindow(
-        initial=INITIAL_WINDOW,
-        minimum=config.min_in_flight,
-        maximum=config.max_in_flight,
-        tolerance=config.latency_tolerance,
-    )
-    return FairScheduler(window, max_per_camera=config.max_in_flight_per_camera)
 
 
 class InferenceError(Exception):
@@ -83,6 +72,8 @@ class InferenceError(Exception):
 
 @dataclass
 class InferenceStats:
+    """What happened to the frames of one client (the ``lpr_inference_*`` metrics)."""
+
     sent: int = 0
     succeeded: int = 0
     failed: int = 0
@@ -124,7 +115,7 @@ class PlateRecognizer:
     ) -> None:
         self.url = url
         self.model = model
-        # Default: the ``triton`` section's defaults (streamer/config/schema.py).
+        # Default: the ``triton`` section's defaults (streamer/config/inference.py).
         self.scheduler = scheduler or scheduler_for(TritonConfig())
         self.request_timeout_s = request_timeout_s
         self.connect_timeout_s = connect_timeout_s
@@ -145,11 +136,8 @@ class PlateRecognizer:
         self._generation = 0  # one per stream opened
         self._reset_reason: str | None = None
         self._opened = False  # the current stream got as far as open
-        #: Frames the model answered with an error since its last answer with plates.
-        self.consecutive_model_errors = 0
-        self.last_model_error: str | None = None
-        self._model_error_logged_at = -math.inf
-        self._failing_since = -math.inf  # when the current run of model errors began
+        #: The current run of frames the model answered with errors.
+        self.model_errors = ModelErrors(model, url)
 
     @property
     def ready(self) -> bool:
@@ -158,8 +146,13 @@ class PlateRecognizer:
 
     @property
     def model_failing(self) -> bool:
-        """The model answered the last ``MODEL_ERRORS_NOT_READY`` frames with errors."""
-        return self.consecutive_model_errors >= MODEL_ERRORS_NOT_READY
+        """The model answered the last frames with errors (streamer/inference/model_errors.py)."""
+        return self.model_errors.failing
+
+    @property
+    def last_model_error(self) -> str | None:
+        """The first line of the model's latest error answer."""
+        return self.model_errors.last
 
     @property
     def overdue_grace_s(self) -> float:
@@ -179,9 +172,14 @@ class PlateRecognizer:
         """Frames written to the stream and not answered yet (abandoned ones included)."""
         return sum(1 for r in self._requests_by_id.values() if r.sent_at is not None)
 
-    async def start(self) -> None:
+    async def start(self, supervisor: Supervisor | None = None) -> None:
+        """Open the stream in the background (it reconnects by itself); with ``supervisor``,
+        as its part ``inference`` (a bug that escapes the reconnect loop restarts it)."""
         if self._task is None:
-            self._task = asyncio.create_task(self._run(), name="triton-stream")
+            if supervisor is not None:
+                self._task = supervisor.start("inference", self._run)
+            else:
+                self._task = asyncio.create_task(self._run(), name="triton-stream")
 
     async def wait_ready(self, timeout_s: float) -> None:
         await asyncio.wait_for(self._connected.wait(), timeout_s)
@@ -218,7 +216,7 @@ class PlateRecognizer:
         deadline = time.monotonic() + self.request_timeout_s
         try:
             # frame.image inside the thread: its BGR conversion must not run on the loop
-            tensor = await asyncio.to_thread(_image_input, frame)
+            tensor = await asyncio.to_thread(image_input, frame)
         except BaseException:
             permit.release()
             raise
@@ -226,12 +224,7 @@ class PlateRecognizer:
         request = _Request(
             rid=rid,
             frame_index=frame.index,
-            request={
-                "model_name": self.model,
-                "inputs": [tensor],
-                "request_id": rid,
-                "outputs": [InferRequestedOutput(name) for name in OUTPUTS],
-            },
+            request=frame_request(self.model, rid, tensor),
             deadline=deadline,
             permit=permit,
             future=loop.create_future(),
@@ -310,9 +303,7 @@ class PlateRecognizer:
             LOG.info("Triton stream to %s open (model %s ready)", self.url, self.model)
             watchdog = asyncio.create_task(self._watch_overdue(call), name="triton-overdue")
             try:
-                # The aio client drops the request id of error responses
-                # (``(None, error)``); the raw responses keep it, so read those.
-                async for response in call._grpc_call:
+                async for response in raw_responses(call):
                     self._resolve(response)
             except asyncio.CancelledError:
                 task = asyncio.current_task()
@@ -362,22 +353,21 @@ class PlateRecognizer:
                     continue
                 request.sent_at = time.monotonic()
                 request.generation = generation
-                # Triton's request timeout (µs): the BLS model ends the work once it passes.
-                request.request["timeout"] = max(1, int(remaining * _US_PER_S))
+                request.request["timeout"] = timeout_us(remaining)
                 self.stats.sent += 1
                 yield request.request
                 request.request.clear()  # the tensor is serialised: do not keep the frame
             self._outbox_ready.clear()
             await self._outbox_ready.wait()
 
-    def _resolve(self, response: Any) -> None:
+    def _resolve(self, response: ModelStreamInferResponse) -> None:
         rid = response.infer_response.id
         request = self._requests_by_id.get(rid)
         if request is None:
             return  # a request of a stream already given up
         latency = time.monotonic() - (request.sent_at or time.monotonic())
         error = response.error_message
-        deadline_error = bool(error) and any(m in error.lower() for m in DEADLINE_MARKERS)
+        deadline_error = is_deadline_error(error)
         self._finish(request, None if deadline_error else latency, overloaded=deadline_error)
         for observe in self.latency_observers:
             observe(latency)
@@ -388,50 +378,20 @@ class PlateRecognizer:
         if error:
             self.stats.failed += 1
             if not deadline_error:
-                self._model_error(error)
+                self.model_errors.error(error)
             request.future.set_exception(
                 InferenceError(error, "deadline" if deadline_error else "model")
             )
             return
         try:
-            plates = _parse(InferResult(response.infer_response))
+            plates = parse_answer(InferResult(response.infer_response))
         except Exception as exc:  # a malformed response fails this frame only
             self.stats.failed += 1
             request.future.set_exception(InferenceError(f"bad response: {exc}"))
             return
         self.stats.succeeded += 1
-        if self.consecutive_model_errors and (request.sent_at or 0.0) < self._failing_since:
-            # Sent before the errors began (a long inference answered late): no recovery.
-            request.future.set_result(plates)
-            return
-        if self.model_failing:
-            LOG.warning(
-                "model %s answers again, after %d frames with errors",
-                self.model,
-                self.consecutive_model_errors,
-            )
-        self.consecutive_model_errors = 0
-        self._model_error_logged_at = -math.inf
+        self.model_errors.answered(request.sent_at or 0.0)
         request.future.set_result(plates)
-
-    def _model_error(self, error: str) -> None:
-        """Count a model error. A run of them is logged once it makes the service not ready,
-        then at most every ``MODEL_ERROR_LOG_EVERY_S``; a lone error only counts (metrics)."""
-        if not self.consecutive_model_errors:
-            self._failing_since = time.monotonic()
-        self.consecutive_model_errors += 1
-        self.last_model_error = error.splitlines()[0][:300] if error else "error"
-        LOG.debug("model %s error: %s", self.model, self.last_model_error)
-        now = time.monotonic()
-        if self.model_failing and now - self._model_error_logged_at >= MODEL_ERROR_LOG_EVERY_S:
-            self._model_error_logged_at = now
-            LOG.warning(
-                "model %s at %s answers errors (%d in a row): %s",
-                self.model,
-                self.url,
-                self.consecutive_model_errors,
-                self.last_model_error,
-            )
 
     def _fail_all(self, reason: str) -> None:
         """The stream is gone: every frame submitted so far fails now and frees its permit."""
@@ -448,66 +408,6 @@ class PlateRecognizer:
             return
         self.stats.failed += 1
         request.future.set_exception(InferenceError(reason, "stream"))
-
-
-def _image_input(frame: Frame) -> InferInput:
-    image = frame.image
-    tensor = InferInput("image", list(image.shape), "UINT8")
-    tensor.set_data_from_numpy(np.ascontiguousarray(image))
-    return tensor
-
-
-def _parse(result: InferResult) -> tuple[PlateReading, ...]:
-    outputs = {name: result.as_numpy(name) for name in OUTPUTS}
-    missing = [name for name, value in outputs.items() if value is None]
-    if missing:
-        raise ValueError(
-            f"missing outputs {', '.join(missing)} (a model repository older than this "
-            "streamer? rebuild it: make models)"
-        )
-    boxes, scores, texts, text_scores, char_probs, alphabet_out = outputs.values()
-    assert boxes is not None and scores is not None and texts is not None
-    assert text_scores is not None and char_probs is not None and alphabet_out is not None
-    alphabet = _text(alphabet_out.reshape(-1)[0])
-    decoded = [_text(t) for t in texts]
-    n = len(decoded)
-    if char_probs.ndim != 3 or char_probs.shape[0] != n or char_probs.shape[2] != len(alphabet):
-        raise ValueError(
-            f"char_probs must be [{n}, L, {len(alphabet)}], got {list(char_probs.shape)}"
-        )
-    if any(len(text) > char_probs.shape[1] for text in decoded):
-        raise ValueError(f"char_probs has {char_probs.shape[1]} rows, fewer than a text")
-    return tuple(
-        PlateReading(
-            box=(float(b[0]), float(b[1]), float(b[2]), float(b[3])),
-            det_score=float(s),
-            text=text,
-            text_score=float(ts),
-            char_probs=_sparse(rows[: len(text)], alphabet),
-        )
-        for b, s, text, ts, rows in zip(
-            boxes.reshape(-1, 4), scores, decoded, text_scores, char_probs, strict=True
-        )
-    )
-
-
-def _text(value: object) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _sparse(rows: np.ndarray, alphabet: str) -> CharProbs:
-    """Each row's likely characters, most likely first (see ``PlateReading.char_probs``)."""
-    out = []
-    for row in rows:
-        order = np.argsort(-row, kind="stable")
-        out.append(
-            tuple(
-                (alphabet[i], round(float(row[i]), 4))
-                for i in order.tolist()
-                if row[i] >= CHAR_PROB_FLOOR
-            )
-        )
-    return tuple(out)
 
 
 def _short(exc: BaseException) -> str:

@@ -36,6 +36,8 @@ import math
 import time
 from dataclasses import dataclass, field
 
+from streamer.config import TritonConfig
+
 #: A probe tries this much more window (at least one frame) ...
 PROBE_STEP = 0.25
 #: ... and is kept when the answer rate grows by at least this share of the step.
@@ -44,6 +46,8 @@ PROBE_PAYBACK = 0.5
 #: (it makes frames wait while it runs): after half as many.
 EPOCH_ANSWERS = 16
 PROBE_HOLD_S = (10.0, 300.0)  # wait after a failed probe: first, most
+#: Frames in flight before any latency is measured; the window grows from here.
+INITIAL_WINDOW = 2
 
 
 class AdaptiveWindow:
@@ -302,3 +306,14 @@ class FairScheduler:
             self._waiters.remove(waiter)
             entry = self._cameras[waiter.camera]
             waiter.future.set_result(self._grant(waiter.camera, entry, waiter.start_tag))
+
+
+def scheduler_for(config: TritonConfig) -> FairScheduler:
+    """The fair, adaptive scheduler of one Triton endpoint, from the ``triton`` section."""
+    window = AdaptiveWindow(
+        initial=INITIAL_WINDOW,
+        minimum=config.min_in_flight,
+        maximum=config.max_in_flight,
+        tolerance=config.latency_tolerance,
+    )
+    return FairScheduler(window, max_per_camera=config.max_in_flight_per_camera)

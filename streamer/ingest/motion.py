@@ -72,7 +72,7 @@ import cv2
 import numpy as np
 
 if TYPE_CHECKING:
-    from streamer.config.schema import MotionConfig
+    from streamer.config import MotionConfig
 
 #: Width in pixels of the grey image the check runs on (height keeps the frame's aspect).
 CHECK_WIDTH = 320

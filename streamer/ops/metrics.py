@@ -100,6 +100,13 @@ class Metrics:
         self.outbox_errors = Counter(
             "lpr_outbox_errors", "Outbox database errors (disk full, ...).", registry=r
         )
+        self.config_reloads = Counter(
+            "lpr_config_reloads",
+            "Config reloads by outcome: applied, unchanged (nothing to apply) or refused (the "
+            "new config is invalid: the running one stays).",
+            ["outcome"],
+            registry=r,
+        )
 
     def add_collector(self, collect: Callable[[], Iterable[Metric]]) -> None:
         """Register a function that yields metric families at every scrape."""

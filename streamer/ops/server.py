@@ -17,6 +17,8 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from streamer.ops.listener import Listener
+
 LOG = logging.getLogger(__name__)
 
 Readiness = Callable[[], tuple[bool, dict[str, Any]]]
@@ -36,7 +38,7 @@ class OpsServer:
         self.registry = registry
         self.readiness = readiness
         self.liveness = liveness
-        self._runner: web.AppRunner | None = None
+        self.listener: Listener | None = None
         self.port: int | None = None
 
     def app(self) -> web.Application:
@@ -47,18 +49,14 @@ class OpsServer:
         return app
 
     async def start(self, host: str, port: int) -> None:
-        self._runner = web.AppRunner(self.app(), access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, host, port)
-        await site.start()
-        sockets = site._server.sockets if site._server is not None else []  # type: ignore[union-attr]
-        self.port = sockets[0].getsockname()[1] if sockets else port
+        self.listener = Listener(self.app(), host, port, "ops endpoint", shutdown_timeout_s=2.0)
+        await self.listener.start()
+        self.port = self.listener.port
         LOG.info("ops endpoint on http://%s:%s (/metrics, /healthz, /readyz)", host, self.port)
 
     async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        if self.listener is not None:
+            await self.listener.stop()
 
     async def _metrics(self, request: web.Request) -> web.Response:
         body = generate_latest(self.registry)

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import errno
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from streamer.inference.embedded.server import TritonStartError
+if TYPE_CHECKING:  # imported only where it is started (see streamer/inference/embedded/)
+    from streamer.inference.embedded.errors import TritonStartError
 
 #: The model every streamer request goes to; its config marks a built repository.
 BLS_CONFIG = Path("plate_recognition") / "config.pbtxt"
@@ -41,12 +43,11 @@ def check_model_repository(repository: Path) -> None:
 
 
 def triton_start_error(exc: TritonStartError) -> StartupError:
-    """The first line of what went wrong (the whole log was logged at DEBUG)."""
-    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-    errors = lines[lines.index("errors:") + 1 :] if "errors:" in lines else []
-    detail = f": {errors[0][:300]}" if errors else ""
+    """What went wrong and the first error line of Triton's log (the whole log was logged
+    at DEBUG)."""
+    detail = f": {exc.first_error[:300]}" if exc.first_error else ""
     return StartupError(
-        f"the embedded Triton did not start: {lines[0] if lines else exc}{detail} "
+        f"the embedded Triton did not start: {exc.summary}{detail} "
         "(--log-level DEBUG shows its log)"
     )
 

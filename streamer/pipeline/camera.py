@@ -23,7 +23,8 @@ from streamer.inference.scheduler import Permit
 from streamer.ingest.frame_queue import FrameQueue
 from streamer.ingest.motion import TrackSignal
 from streamer.ops.metrics import Metrics
-from streamer.tracking.passes import PassDetector, PlatePass
+from streamer.tracking.passes import PassDetector
+from streamer.tracking.plate_pass import PlatePass
 
 LOG = logging.getLogger(__name__)
 

@@ -105,6 +105,11 @@ class Supervisor:
             if n in self.parts and self.parts[n].state != "ended":
                 self.parts[n].state = "stopped"
 
+    async def remove(self, name: str) -> None:
+        """Stop the part ``name`` and forget it (a camera removed by a reload)."""
+        await self.stop(name)
+        self.parts.pop(name, None)
+
     async def _supervise(self, state: PartState, run: Callable[[], Awaitable[None]]) -> None:
         while True:
             state.state = "running"

@@ -16,13 +16,13 @@ The crop is compared at a fixed small size (area-averaged: compression noise
 and a pixel of box jitter average out) so that the measure does not depend on
 the plate's size in the frame. Compared against the last counted read, not the
 previous one, so a slow drift (light, a creeping car) is counted once it adds
-up. What the thresholds mean on real footage, and how they were chosen:
-docs/events.md ("Evidence").
+up. The thresholds are ``events.evidence_min_change`` / ``evidence_min_shift``
+(their defaults: streamer/config/decisions.py); what they mean on real footage,
+and how they were chosen: docs/events.md ("Evidence").
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import cv2
@@ -30,19 +30,6 @@ import numpy as np
 
 #: Width x height the plate crop is scaled to before two crops are compared.
 SIGNATURE_SIZE = (48, 16)
-
-
-#: Defaults: grey levels (0-255) of mean crop change, and box shift as a fraction of its height.
-MIN_CHANGE = 1.5
-MIN_SHIFT = 0.15
-
-
-def check(min_change: float, min_shift: float) -> None:
-    """Refuse thresholds out of range (0 and 0: every read is new evidence)."""
-    if not (math.isfinite(min_change) and 0.0 <= min_change <= 255.0):
-        raise ValueError(f"evidence_min_change must be in [0, 255], got {min_change}")
-    if not (math.isfinite(min_shift) and 0.0 <= min_shift <= 10.0):
-        raise ValueError(f"evidence_min_shift must be in [0, 10], got {min_shift}")
 
 
 def plate_signature(image: np.ndarray, box: tuple[float, float, float, float]) -> np.ndarray:
@@ -94,11 +81,12 @@ def is_new(
     last: Sample | None,
     image: np.ndarray,
     box: tuple[float, float, float, float],
-    min_change: float = MIN_CHANGE,
-    min_shift: float = MIN_SHIFT,
+    min_change: float,
+    min_shift: float,
 ) -> bool:
     """Whether a read of the plate at ``box`` in ``image`` is new evidence after the track's
-    last counted read ``last`` (None: nothing counted yet)."""
+    last counted read ``last`` (None: nothing counted yet). ``min_change`` / ``min_shift``:
+    ``events.evidence_min_change`` / ``evidence_min_shift`` (0 and 0: every read is new)."""
     if last is None:
         return True
     return box_shift(last.box, box) >= min_shift or image_change(last, image) >= min_change

@@ -39,6 +39,9 @@ two frames, so deduplication keeps working across the jump.
 
 Frames given to ``update`` must carry their image (``Frame.image``): the
 inference stage converted it, in a worker thread, before sending it.
+
+What it hands on (``PlatePass``, ``TrackedPlate``) is streamer/tracking/plate_pass.py; its
+rules (``PassParams``) are streamer/tracking/pass_params.py.
 """
 
 from __future__ import annotations
@@ -47,14 +50,15 @@ import dataclasses
 import math
 import uuid
 from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 
 from streamer.domain.frames import Frame, FrameResult, PlateReading
 from streamer.tracking import evidence
 from streamer.tracking.known_plates import KnownPlates, Match
+from streamer.tracking.pass_params import PassParams
 from streamer.tracking.plate_formats import PlateFormats
+from streamer.tracking.plate_pass import PassReason, PlatePass, TrackedPlate
 from streamer.tracking.tracker import PlateTracker, TrackerParams
 from streamer.tracking.vote import PlateVote, VoteResult
 
@@ -64,120 +68,6 @@ _NO_IMAGE.flags.writeable = False
 
 #: Pieces of evidence a track needs before ``max_delay`` may report it.
 MAX_DELAY_MIN_EVIDENCE = 2
-#: The confidence a pass needs to be reported at all (``events.min_confidence``), chosen on
-#: the labelled set (docs/ACCURACY.md, its calibration table).
-MIN_CONFIDENCE = 0.5
-
-#: Why a pass was reported (see the module docstring).
-PassReason = Literal["confident", "track_ended", "max_delay", "flush"]
-#: ``fast``: report at max_delay_s, correct later; ``sure``: wait for confidence or the end.
-Decide = Literal["fast", "sure"]
-
-
-@dataclass(frozen=True, slots=True)
-class TrackedPlate:
-    """A plate of the latest frame as the live view shows it.
-
-    ``text``: the track's decision (its reported text) or, before one, its vote when that is a
-    valid plate, else this frame's read; ``read``: this frame's read; ``decided``: ``text`` is
-    what was reported.
-    """
-
-    box: tuple[float, float, float, float]
-    text: str
-    track_id: int | None  # None: not (yet) associated with a track
-    confirmed: bool
-    read: str = ""
-    decided: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class PassParams:
-    """When a tracked plate is reported.
-
-    ``min_reads``: reads exactly equal to the voted text needed to report at
-    all; the guard against a consensus no frame showed. ``min_confidence``: the
-    vote's confidence needed to report at all. ``confident_reads`` /
-    ``confident_share`` / ``confident_span_s``: an early report needs this
-    many pieces of evidence within one edit of the text, this confidence, and
-    evidence spanning this many stream seconds; higher
-    means later but surer. ``max_delay_s``: after this long since a track was
-    first seen it is reported as soon as it qualifies (``decide: fast``).
-    ``dedup_window_s``: the same text is not reported twice on a camera within
-    this many seconds. ``updates``: report corrections. ``evidence_min_change`` /
-    ``evidence_min_shift``: when a read is new evidence (streamer/tracking/evidence.py).
-    """
-
-    min_reads: int = 2
-    min_confidence: float = MIN_CONFIDENCE
-    confident_reads: int = 10
-    confident_share: float = 0.8
-    confident_span_s: float = 2.0
-    max_delay_s: float = 6.0
-    dedup_window_s: float = 300.0
-    decide: Decide = "fast"
-    updates: bool = True
-    evidence_min_change: float = evidence.MIN_CHANGE
-    evidence_min_shift: float = evidence.MIN_SHIFT
-
-    def __post_init__(self) -> None:
-        if self.min_reads < 1:
-            raise ValueError(f"min_reads must be >= 1, got {self.min_reads}")
-        if self.confident_reads < 1:
-            raise ValueError(f"confident_reads must be >= 1, got {self.confident_reads}")
-        for name in ("min_confidence", "confident_share"):
-            value = getattr(self, name)
-            if not 0.0 <= value <= 1.0:
-                raise ValueError(f"{name} must be in [0, 1], got {value}")
-        for name in ("confident_span_s", "max_delay_s", "dedup_window_s"):
-            value = getattr(self, name)
-            if not (math.isfinite(value) and value >= 0.0):
-                raise ValueError(f"{name} must be a finite number of seconds >= 0, got {value}")
-        if self.decide not in ("fast", "sure"):
-            raise ValueError(f"decide must be 'fast' or 'sure', got {self.decide!r}")
-        evidence.check(self.evidence_min_change, self.evidence_min_shift)
-
-
-@dataclass(frozen=True, slots=True)
-class PlatePass:
-    """One vehicle pass: the decision for one track, or a correction of it.
-
-    ``event_id``: the pass's id, the same in its corrections; ``version``: 1 for the
-    first report, + 1 per correction; ``previous_text``: the text a correction replaces.
-    ``text`` is the vote's, or the known plate it matched when that list snaps.
-    ``first_seen`` / ``last_seen``: the frames of the track's first and latest
-    read when it was decided, without their pixels (``image`` is empty);
-    ``best`` / ``best_frame``: the read with the highest ``text_score *
-    det_score`` and its frame, image included. ``time_s``: the camera's
-    monotonic stream time of the decision.
-    """
-
-    camera: str
-    track_id: int
-    text: str
-    confidence: float
-    candidates: tuple[tuple[str, float], ...]
-    reads: int
-    evidence: int
-    support: float
-    exact: int
-    first_seen: Frame
-    last_seen: Frame
-    best: PlateReading
-    best_frame: Frame
-    reason: PassReason
-    time_s: float
-    event_id: str
-    version: int = 1
-    previous_text: str | None = None
-    #: The known plate ``text`` matched (streamer/tracking/known_plates.py), if any.
-    match: Match | None = None
-    #: The vote's own text when ``text`` is a known plate snapped to (else None).
-    voted_text: str | None = None
-    #: Stream seconds from the track's first read to this decision.
-    decided_after_s: float = 0.0
-    #: Per character of the vote's text, its fused probability.
-    char_confidence: tuple[float, ...] = ()
 
 
 @dataclass(slots=True)
@@ -222,9 +112,10 @@ class PassDetector:
         min_text_score: float = 0.5,
         known: KnownPlates | None = None,
     ) -> None:
+        """``tracker`` / ``passes``: None for the config's defaults (``PassParams.defaults``)."""
         self.camera = camera
         self.known = known or KnownPlates()
-        self.params = passes or PassParams()
+        self.params = passes or PassParams.defaults()
         self.formats = formats or PlateFormats()
         self.min_text_score = min_text_score
         self.suppressed = 0
@@ -240,6 +131,23 @@ class PassDetector:
         self._offset = 0.0  # stream time = pts_s + offset
         self._last: Frame | None = None
         self._t = -math.inf
+
+    def reconfigure(
+        self,
+        tracker: TrackerParams,
+        passes: PassParams,
+        formats: PlateFormats,
+        min_text_score: float,
+        known: KnownPlates,
+    ) -> None:
+        """New rules (a config reload), in the constructor's order: every decision from now
+        on follows them; an open track keeps its evidence, and its vote the formats and text
+        score it started with."""
+        self._tracker.params = tracker
+        self.params = passes
+        self.formats = formats
+        self.min_text_score = min_text_score
+        self.known = known
 
     @property
     def active_tracks(self) -> int:

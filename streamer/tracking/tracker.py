@@ -26,9 +26,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 from scipy.optimize import linear_sum_assignment
+
+if TYPE_CHECKING:  # only for the annotations: streamer.config imports streamer.tracking
+    from streamer.config import TrackerConfig
 
 #: Measurement noise of a box centre and height, as a fraction of its height (ByteTrack's 1/20).
 MEASUREMENT_STD = 1.0 / 20.0
@@ -61,32 +65,34 @@ class TrackerParams:
     unseen. Longer bridges occlusions, but a track ends (and its pass is
     decided) later.
     ``min_hits``: matches before a track is confirmed; 1 confirms at once.
+
+    Their defaults and bounds are the ``tracker:`` config section's
+    (streamer/config/decisions.py): build one with :meth:`from_config`.
     """
 
-    iou_threshold: float = 0.2
-    high_score: float = 0.4
-    low_score: float = 0.2
-    lost_track_buffer_s: float = 2.0
-    min_hits: int = 2
+    iou_threshold: float
+    high_score: float
+    low_score: float
+    lost_track_buffer_s: float
+    min_hits: int
 
-    def __post_init__(self) -> None:
-        if not 0.0 < self.iou_threshold <= 1.0:
-            raise ValueError(
-                f"iou_threshold must be in (0, 1], got {self.iou_threshold}: "
-                "use e.g. 0.2 for plates"
-            )
-        if not 0.0 <= self.low_score <= self.high_score <= 1.0:
-            raise ValueError(
-                f"scores must satisfy 0 <= low_score <= high_score <= 1, got "
-                f"low_score={self.low_score}, high_score={self.high_score}"
-            )
-        if not (math.isfinite(self.lost_track_buffer_s) and self.lost_track_buffer_s >= 0.0):
-            raise ValueError(
-                f"lost_track_buffer_s must be a finite number of seconds >= 0, "
-                f"got {self.lost_track_buffer_s}"
-            )
-        if self.min_hits < 1:
-            raise ValueError(f"min_hits must be >= 1 (1 confirms at once), got {self.min_hits}")
+    @classmethod
+    def from_config(cls, config: TrackerConfig) -> TrackerParams:
+        """The parameters of a ``tracker:`` section (``TrackerConfig()``: the defaults)."""
+        return cls(
+            iou_threshold=config.iou_threshold,
+            high_score=config.high_score,
+            low_score=config.low_score,
+            lost_track_buffer_s=config.lost_track_buffer_s,
+            min_hits=config.min_hits,
+        )
+
+    @classmethod
+    def defaults(cls) -> TrackerParams:
+        """The ``tracker:`` section's defaults, for a tracker built without a config."""
+        from streamer.config import TrackerConfig  # here: streamer.config imports tracking
+
+        return cls.from_config(TrackerConfig())
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,7 +251,8 @@ class PlateTracker:
     """
 
     def __init__(self, params: TrackerParams | None = None) -> None:
-        self.params = params or TrackerParams()
+        """``params``: None for the ``tracker:`` section's defaults."""
+        self.params = params or TrackerParams.defaults()
         self._tracks: dict[int, _Track] = {}
         self._next_id = 1
         self._t: float | None = None

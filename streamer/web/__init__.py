@@ -1,5 +1,6 @@
 """The web view: a page, a REST API, WebRTC and MJPEG video of the annotated cameras."""
 
-from streamer.web.server import WebSecurityError, WebServer
+from streamer.web.errors import WebSecurityError
+from streamer.web.server import WebServer
 
 __all__ = ["WebSecurityError", "WebServer"]

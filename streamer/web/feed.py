@@ -21,7 +21,7 @@ from aiortc import MediaStreamTrack
 from aiortc.contrib.media import MediaRelay
 
 from streamer.domain.frames import Frame
-from streamer.tracking.passes import TrackedPlate
+from streamer.tracking.plate_pass import TrackedPlate
 from streamer.web.annotated_track import KEEPALIVE_S, AnnotatedCameraTrack
 from streamer.web.overlay import MAX_WIDTH, encode_jpeg, render
 from streamer.web.view_source import Snapshot, ViewSource

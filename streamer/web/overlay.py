@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import cv2
 import numpy as np
 
-from streamer.tracking.passes import TrackedPlate
+from streamer.tracking.plate_pass import TrackedPlate
 from streamer.web.view_source import Snapshot
 
 #: BGR colours.

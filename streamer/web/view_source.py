@@ -1,13 +1,14 @@
-"""What the web view may read from the running service (read-only, no secrets)."""
+"""What the web view may read from the running service (no secrets), and the one thing it
+may ask of it: a reload of the config file."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from streamer.delivery.events import PlateEvent
 from streamer.domain.frames import Frame
-from streamer.tracking.passes import TrackedPlate
+from streamer.tracking.plate_pass import TrackedPlate
 
 
 @dataclass(frozen=True)
@@ -46,4 +47,9 @@ class ViewSource(Protocol):
 
     def event(self, event_id: str) -> PlateEvent | None:
         """A message by its id (``PlateEvent.message_id``), or a pass's newest by event id."""
+        ...
+
+    async def reload(self, trigger: str) -> dict[str, Any]:
+        """Read the config file again and apply it; ``outcome`` is applied, unchanged or
+        refused (with ``error``: the one-line reason)."""
         ...

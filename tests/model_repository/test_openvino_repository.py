@@ -15,7 +15,8 @@ from converters import assets
 from converters.onnx_export import cpu_supports_bf16
 from streamer.domain.frames import Frame, PlateReading
 from streamer.inference.client import PlateRecognizer
-from streamer.inference.embedded.server import EmbeddedTriton, TritonStartError
+from streamer.inference.embedded.errors import TritonStartError
+from streamer.inference.embedded.server import EmbeddedTriton
 from streamer.tracking.tracker import iou_matrix
 
 MIN_IOU = 0.99

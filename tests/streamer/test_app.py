@@ -23,7 +23,7 @@ import pytest
 from converters import assets
 from converters.paths import PROJECT_ROOT
 from streamer.app import Service
-from streamer.config.schema import load_config
+from streamer.config import load_config
 from streamer.inference.embedded.server import EmbeddedTriton
 from streamer.tracking.plate_formats import PlateFormats
 

@@ -44,7 +44,7 @@ class DeadlineError(Exception):
     """The request's deadline passed, or its client cancelled it: no more work for it."""
 
     def __init__(self, stage: str, cancelled: bool = False) -> None:
-        # The streamer recognises "deadline exceeded" (streamer/inference/client.py).
+        # The streamer recognises "deadline exceeded" (streamer/inference/messages.py).
         what = "cancelled" if cancelled else "deadline exceeded"
         super().__init__(f"{what} before {stage}")
 

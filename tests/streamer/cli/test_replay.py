@@ -15,7 +15,7 @@ import pytest
 from converters import assets
 from streamer.cli import main as cli
 from streamer.cli.replay import calibration, calibration_markdown, load_truth, score, totals
-from streamer.config.schema import ConfigError
+from streamer.config import ConfigError
 from streamer.delivery.events import PlateEvent, Sighting
 from streamer.inference.embedded.server import EmbeddedTriton
 

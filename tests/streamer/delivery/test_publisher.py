@@ -17,6 +17,8 @@ from streamer.delivery.publisher import EventLog, EventPublisher
 from streamer.ops.metrics import Metrics
 from tests.log_records import traceback_of
 from tests.plate_passes import a_pass
+from tests.streamer.delivery.webhook_setup import open_sink, settings, target
+from tests.webhook_receiver import Receiver, eventually
 
 
 class Recorder:
@@ -134,3 +136,42 @@ def test_the_event_log_gives_each_pass_at_its_newest_version() -> None:
     for i in range(12):  # bounded: the oldest go first
         log.add(asyncio.run(build_event(dataclasses.replace(a_pass(), event_id=f"p{i}"), 80)))
     assert len(log.events) == 10 and log.find("other") is None
+
+
+async def test_a_replaced_webhook_sink_loses_no_event(tmp_path: Path, receiver: Receiver) -> None:
+    """A reload adds a webhook target while passes keep coming: the old sink is closed and
+    the new one opened on the same outbox with the publisher paused, so every event reaches
+    the first target exactly once and the new target gets those after the swap."""
+    crm = target("crm", f"{receiver.url}/crm", receiver.secret)
+    erp = target("erp", f"{receiver.url}/erp", receiver.secret)
+    metrics = Metrics()
+    first = await open_sink(settings(tmp_path, crm), metrics)
+    publisher = EventPublisher([Recorder(), first], metrics, jpeg_quality=80)
+    run = asyncio.create_task(publisher.run())
+    passes = _passes(30)
+
+    async def feed() -> None:
+        for plate_pass in passes:
+            publisher.submit([plate_pass])
+            await asyncio.sleep(0.02)
+
+    feeding = asyncio.create_task(feed())
+    try:
+        await eventually(lambda: len(receiver.delivered_ids("/hook/crm")) >= 5, 10, "deliveries")
+        second = await publisher.replace_sink(
+            first, lambda: open_sink(settings(tmp_path, crm, erp), metrics)
+        )
+        assert second is not None and publisher.sinks[1] is second
+        await feeding
+        assert await publisher.drain(10)
+        ids = [p.event_id for p in passes]
+        await eventually(lambda: len(receiver.delivered_ids("/hook/crm")) == len(ids), 20, "all")
+        assert sorted(receiver.delivered_ids("/hook/crm")) == sorted(ids)  # once each
+        after = receiver.delivered_ids("/hook/erp")
+        assert after and set(after) < set(ids) and ids[-1] in after
+        assert not publisher.failing  # the closed sink was never given an event
+        await second.close()
+    finally:
+        feeding.cancel()
+        run.cancel()
+        await asyncio.gather(feeding, run, return_exceptions=True)

@@ -9,13 +9,11 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
-from tritonclient.grpc import InferResult, service_pb2
-from tritonclient.utils import serialize_byte_tensor
 
 from converters import assets
 from converters.paths import MODEL_REPOSITORY
 from streamer.domain.frames import CHAR_PROB_FLOOR, Frame
-from streamer.inference.client import OUTPUTS, InferenceError, PlateRecognizer, _parse
+from streamer.inference.client import InferenceError, PlateRecognizer
 from streamer.inference.embedded.server import EmbeddedTriton
 from streamer.inference.scheduler import AdaptiveWindow, FairScheduler
 
@@ -53,37 +51,6 @@ async def test_frames_in_flight_are_answered_by_id(triton_server: EmbeddedTriton
             probs = [p for _, p in choices]
             assert probs == sorted(probs, reverse=True)
             assert all(p >= CHAR_PROB_FLOOR for p in probs) and sum(probs) <= 1.0 + 1e-3
-
-
-def _response(names: tuple[str, ...]) -> InferResult:
-    """An answer of the plate_recognition model with one plate and only ``names`` in it."""
-    values = {
-        "boxes": ("FP32", np.array([[1, 2, 30, 12]], np.float32)),
-        "det_scores": ("FP32", np.array([0.7], np.float32)),
-        "texts": ("BYTES", np.array([b"A1"], np.object_)),
-        "text_scores": ("FP32", np.array([0.9], np.float32)),
-        "char_probs": ("FP32", np.array([[[0.8, 0.0, 0.2], [0.005, 0.995, 0.0]]], np.float32)),
-        "alphabet": ("BYTES", np.array([b"A1H"], np.object_)),
-    }
-    response = service_pb2.ModelInferResponse()
-    for name in names:
-        datatype, value = values[name]
-        response.outputs.add(name=name, datatype=datatype, shape=value.shape)
-        raw = serialize_byte_tensor(value).item() if datatype == "BYTES" else value.tobytes()
-        response.raw_output_contents.append(raw)
-    return InferResult(response)
-
-
-def test_parse_keeps_the_likely_characters_of_each_position() -> None:
-    (plate,) = _parse(_response(OUTPUTS))
-    assert (plate.text, plate.box) == ("A1", (1.0, 2.0, 30.0, 12.0))
-    assert plate.det_score == pytest.approx(0.7)
-    assert plate.char_probs == ((("A", 0.8), ("H", 0.2)), (("1", 0.995),))
-
-
-def test_parse_says_when_the_model_repository_is_too_old() -> None:
-    with pytest.raises(ValueError, match=r"missing outputs char_probs, alphabet.*make models"):
-        _parse(_response(OUTPUTS[:4]))
 
 
 async def test_bad_frame_fails_alone(triton_server: EmbeddedTriton) -> None:

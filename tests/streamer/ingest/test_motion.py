@@ -22,7 +22,7 @@ from prometheus_client import generate_latest
 
 from converters import assets
 from streamer.app import Service
-from streamer.config.schema import MotionConfig, load_config
+from streamer.config import MotionConfig, load_config
 from streamer.domain.frames import Frame
 from streamer.inference.embedded.server import EmbeddedTriton
 from streamer.ingest.frame_queue import FrameQueue

@@ -14,7 +14,7 @@ import tritonclient.grpc as grpcclient
 from converters import assets
 from converters.paths import MODEL_REPOSITORY
 from streamer.app import Service
-from streamer.config.schema import load_config
+from streamer.config import load_config
 from streamer.inference.embedded.server import EmbeddedTriton
 from tests.polling import answering, until, until_status
 
@@ -52,7 +52,7 @@ async def test_an_unloaded_model_makes_the_service_not_ready_naming_it(
         readyz = await answering(service, "yard")
         await until_status(readyz, 200, 30)
 
-        with caplog.at_level(logging.WARNING, logger="streamer.inference.client"):
+        with caplog.at_level(logging.WARNING, logger="streamer.inference.model_errors"):
             await asyncio.to_thread(client.unload_model, MODEL)
             after, body = await until_status(readyz, 503, 60)
             print(f"not ready {after:.1f} s after the model was unloaded: {body['triton']}")

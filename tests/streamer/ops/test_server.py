@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from converters import assets
 from converters.paths import MODEL_REPOSITORY
 from streamer.app import Service
-from streamer.config.schema import load_config
+from streamer.config import load_config
 from streamer.inference.embedded.server import EmbeddedTriton
 
 CLIP = assets.verify(assets.asset("yard_cam.ts"), assets.default_assets_dir())

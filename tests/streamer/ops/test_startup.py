@@ -14,7 +14,9 @@ import pytest
 
 from converters import assets
 from converters.paths import PROJECT_ROOT
+from streamer.inference.embedded.errors import TritonStartError
 from streamer.inference.embedded.server import EmbeddedTriton
+from streamer.ops.startup import triton_start_error
 
 CLIP = assets.verify(assets.asset("yard_cam.ts"), assets.default_assets_dir())
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
@@ -75,6 +77,24 @@ def test_an_unbuilt_model_repository_says_how_to_build_it(tmp_path: Path) -> Non
     )
     line = _one_line_error(_run(config), 1)
     assert f"the model repository {empty} is not built" in line and "make models" in line
+
+
+def test_a_triton_that_did_not_start_is_one_line_with_its_first_error() -> None:
+    first = "E0101 12:00:01.000000 1 model_lifecycle.cc:641] failed to load 'lprnet': " + "x" * 400
+    exc = TritonStartError(
+        "tritonserver exited with code 1 before it was ready (/models)",
+        f"errors:\n{first}\nE0101 later\nlast log lines:\nI0101 loading",
+        first_error=first,
+    )
+    assert str(triton_start_error(exc)) == (
+        "the embedded Triton did not start: tritonserver exited with code 1 before it was ready "
+        f"(/models): {first[:300]} (--log-level DEBUG shows its log)"
+    )
+    aborted = triton_start_error(TritonStartError("start() aborted by stop()"))
+    assert str(aborted) == (
+        "the embedded Triton did not start: start() aborted by stop() "
+        "(--log-level DEBUG shows its log)"
+    )
 
 
 @pytest.mark.parametrize("damage", ["a folder", "not a database"])

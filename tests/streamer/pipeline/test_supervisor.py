@@ -9,7 +9,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from converters import assets
 from streamer.app import Service
-from streamer.config.schema import load_config
+from streamer.config import load_config
 from streamer.domain.frames import FrameResult
 from streamer.inference.embedded.server import EmbeddedTriton
 from streamer.ops.server import OpsServer

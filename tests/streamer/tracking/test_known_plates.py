@@ -13,7 +13,7 @@ from rapidfuzz.distance import Levenshtein
 from bench import accuracy
 from converters import assets
 from streamer.app import Service
-from streamer.config.schema import load_config
+from streamer.config import load_config
 from streamer.inference.embedded.server import EmbeddedTriton
 from streamer.tracking.known_plates import KnownList, KnownPlates, Match
 

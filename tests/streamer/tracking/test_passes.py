@@ -1,3 +1,6 @@
+"""The pass detector on the reads of yard_cam.ts, and on a parked plate: when a track is
+reported, and when it is not (deduplication, time going backwards, the best read)."""
+
 import dataclasses
 from collections.abc import Iterable, Sequence
 
@@ -5,19 +8,15 @@ import numpy as np
 import pytest
 
 from streamer.domain.frames import Frame, FrameResult, PlateReading
-from streamer.tracking.known_plates import KnownList, KnownPlates, Match
-from streamer.tracking.passes import PassDetector, PassParams, PlatePass
+from streamer.tracking.pass_params import PassParams
+from streamer.tracking.passes import PassDetector
 from streamer.tracking.plate_formats import PlateFormats
+from streamer.tracking.plate_pass import PlatePass
 from streamer.tracking.tracker import TrackerParams
+from tests.streamer.tracking.pass_rules import CAMERA, EVERY_READ, params_with
 
-CAMERA = "yard"
 IMAGE = np.zeros((4, 4, 3), dtype=np.uint8)
-# The clip's reads below come without their pixels: every read counts as evidence, as on a
-# moving or noisy picture. Evidence itself is tested on images further down. They come
-# without character probabilities too, so each character counts as certain and reads that
-# disagree give a far lower confidence than the model's probabilities do: min_confidence is
-# off for them, and tested on its own further down.
-EVERY_READ = {"evidence_min_change": 0.0, "evidence_min_shift": 0.0, "min_confidence": 0.0}
+
 
 # ---- yard_cam.ts: 15 fps, 120 frames; the reads of the plate_recognition model, per frame.
 FPS = 15.0
@@ -106,7 +105,7 @@ def _run(
     results: Iterable[FrameResult], detector: PassDetector | None = None
 ) -> tuple[list[PlatePass], PassDetector]:
     detector = detector or PassDetector(
-        CAMERA, TrackerParams(), PassParams(**EVERY_READ), PlateFormats(), 0.5
+        CAMERA, TrackerParams.defaults(), params_with(**EVERY_READ), PlateFormats(), 0.5
     )
     passes = []
     for result in results:
@@ -126,14 +125,14 @@ def test_the_clip_gives_its_two_passes(every: int) -> None:
     # The parked car is decided early; the silver car when its track ends.
     assert black.reason == "confident"
     assert black.first_seen.index == 0
-    assert black.time_s - PTS0 < PassParams().max_delay_s
+    assert black.time_s - PTS0 < PassParams.defaults().max_delay_s
     assert silver.reason == "track_ended"
     assert silver.first_seen.index == 3
     assert silver.best.text == "Y836XH76" and silver.best_frame.index == 12
     for p in passes:
         assert p.camera == CAMERA
         assert p.best_frame.image is IMAGE and p.first_seen.image.size == 0
-        assert p.exact >= PassParams().min_reads
+        assert p.exact >= PassParams.defaults().min_reads
         assert p.candidates[0][0] == p.text
 
 
@@ -157,7 +156,7 @@ def test_dropped_frames_never_give_a_wrong_pass(every: int) -> None:
 
 def test_the_span_guard_is_what_keeps_the_early_misread_out() -> None:
     # Without confident_span_s, 17 reads of C567AM76 in 1.2 s at 15 fps look confident.
-    detector = PassDetector(CAMERA, passes=PassParams(confident_span_s=0.0, **EVERY_READ))
+    detector = PassDetector(CAMERA, passes=params_with(confident_span_s=0.0, **EVERY_READ))
     passes, _ = _run(_clip(1), detector)
     assert "C567AM76" in [p.text for p in passes]
 
@@ -176,7 +175,7 @@ def _parked(
 def test_max_delay_reports_a_parked_car_that_never_gets_confident() -> None:
     # One read in three has a wrong digit: the vote stays at 2/3, under confident_share.
     texts = ["A123BC77", "A123BC77", "A128BC77"] * 20  # 12 s at 5 fps
-    detector = PassDetector(CAMERA, passes=PassParams(max_delay_s=6.0, **EVERY_READ))
+    detector = PassDetector(CAMERA, passes=params_with(max_delay_s=6.0, **EVERY_READ))
     for result in _parked(texts):
         passes = detector.update(result)
         if passes:
@@ -191,7 +190,7 @@ def test_max_delay_waits_until_the_vote_qualifies() -> None:
     # At 6 s the vote (A123BC77) has one exact read only; a second one comes at 8 s.
     texts = ["A123BC77"] + ["A128BC77", "A123BO77"] * 20
     texts[40] = "A123BC77"
-    detector = PassDetector(CAMERA, passes=PassParams(**EVERY_READ))
+    detector = PassDetector(CAMERA, passes=params_with(**EVERY_READ))
     passes = []
     for result in _parked(texts):
         passes += [(p, result.frame.index) for p in detector.update(result)]
@@ -203,7 +202,7 @@ def test_a_pass_under_min_confidence_is_withheld(min_confidence: float, reported
     # A parked plate whose first letter the network cannot tell: C 0.4, O 0.35, H 0.25.
     doubt = (("C", 0.4), ("O", 0.35), ("H", 0.25))
     probs = (doubt, *(((c, 1.0),) for c in "567AM76"))
-    params = PassParams(min_confidence=min_confidence)
+    params = params_with(min_confidence=min_confidence)
     detector = PassDetector(CAMERA, passes=params)
     passes = []
     for i in range(20):
@@ -218,7 +217,7 @@ def test_a_pass_under_min_confidence_is_withheld(min_confidence: float, reported
 def test_a_track_ending_reports_it() -> None:
     texts = ["B840CK197"] * 6 + [""] * 20  # seen for 1.2 s at 5 fps, then gone
     passes = []
-    detector = PassDetector(CAMERA, passes=PassParams(**EVERY_READ))
+    detector = PassDetector(CAMERA, passes=params_with(**EVERY_READ))
     for result in _parked(texts):
         passes += [(p, result.frame.index) for p in detector.update(result)]
     # Last seen at 1.0 s: the track ends at the first frame more than 2.0 s later.
@@ -249,7 +248,7 @@ def test_what_does_not_qualify_is_not_reported(texts: list[str], why: str) -> No
 def test_dedup_suppresses_the_same_text(window_s: float, expected: int) -> None:
     # The same car passes twice, 20 s apart: two tracks.
     texts = (["O567AM76"] * 5 + [""] * 95) * 2
-    detector = PassDetector(CAMERA, passes=PassParams(dedup_window_s=window_s, **EVERY_READ))
+    detector = PassDetector(CAMERA, passes=params_with(dedup_window_s=window_s, **EVERY_READ))
     passes, _ = _run(_parked(texts), detector)
     assert [p.text for p in passes] == ["O567AM76"] * expected
     assert len({p.track_id for p in passes}) == expected
@@ -270,7 +269,7 @@ def test_time_going_backwards_flushes_and_keeps_dedup() -> None:
         FrameResult(dataclasses.replace(r.frame, index=k, monotonic=1000.0 + k / 5), r.plates)
         for k, r in enumerate(loop + loop)
     ]
-    passes, detector = [], PassDetector(CAMERA, passes=PassParams(**EVERY_READ))
+    passes, detector = [], PassDetector(CAMERA, passes=params_with(**EVERY_READ))
     for result in frames:
         passes += [(p, result.frame.index) for p in detector.update(result)]
     passes += [(p, -1) for p in detector.flush()]
@@ -293,169 +292,3 @@ def test_best_read_and_frame_are_kept() -> None:
 def test_a_frame_of_another_camera_is_refused() -> None:
     with pytest.raises(ValueError, match="'gate'"):
         PassDetector(CAMERA).update(FrameResult(_frame(0, 0.0, camera="gate"), ()))
-
-
-@pytest.mark.parametrize(
-    ("kwargs", "match"),
-    [
-        ({"min_reads": 0}, "min_reads"),
-        ({"confident_share": 1.5}, "confident_share"),
-        ({"max_delay_s": -1.0}, "max_delay_s"),
-        ({"dedup_window_s": float("nan")}, "dedup_window_s"),
-    ],
-)
-def test_bad_params_are_refused(kwargs: dict[str, float], match: str) -> None:
-    with pytest.raises(ValueError, match=match):
-        PassParams(**kwargs)  # type: ignore[arg-type]
-
-
-# ---- Evidence and corrections, on small pictures: a plate at PLATE_BOX in a 60x200 frame.
-PLATE_BOX = (40.0, 20.0, 120.0, 40.0)
-
-
-def _picture(seed: int) -> np.ndarray:
-    """A frame whose plate region is a texture of its own: ``seed`` is the picture."""
-    image = np.full((60, 200, 3), 90, np.uint8)
-    texture = np.random.default_rng(seed).integers(0, 255, (20, 80, 1), np.uint8)
-    image[20:40, 40:120] = texture
-    return image
-
-
-def _scene(reads: Sequence[tuple[str, int]], fps: float = 5.0) -> list[FrameResult]:
-    """One plate at PLATE_BOX, one (text, picture seed) per frame; the same seed is the same
-    still picture, read again."""
-    pictures = {seed: _picture(seed) for _, seed in reads}
-    return [
-        FrameResult(
-            Frame(CAMERA, i, i / fps, 1.7e9 + i / fps, 1000.0 + i / fps, pictures[seed]),
-            (PlateReading(PLATE_BOX, 0.7, text, 0.95),),
-        )
-        for i, (text, seed) in enumerate(reads)
-    ]
-
-
-def _events(detector: PassDetector, results: Iterable[FrameResult]) -> list[tuple[PlatePass, int]]:
-    out = []
-    for result in results:
-        out += [(p, result.frame.index) for p in detector.update(result)]
-    out += [(p, -1) for p in detector.flush()]
-    return out
-
-
-def test_a_still_image_is_one_piece_of_evidence_however_long_it_stands() -> None:
-    # A car waits 12 s at a barrier: its still picture reads C567AM76 every time. Then it
-    # moves: new pictures read O567AM76. One pass, and it reads O567AM76.
-    reads = [("C567AM76", 0)] * 60 + [("O567AM76", seed) for seed in range(1, 6)]
-    events = _events(PassDetector(CAMERA), _scene(reads))
-    assert [(p.text, p.version, p.reason, i) for p, i in events] == [
-        # At the second piece of evidence the vote is a tie: the third decides it.
-        ("O567AM76", 1, "max_delay", 61)
-    ]
-    only = events[0][0]
-    assert (only.reads, only.evidence) == (62, 3)
-
-
-def test_counting_every_read_is_what_reported_the_misread() -> None:
-    # The same scene with evidence off: 30 reads of the still picture by max_delay_s.
-    reads = [("C567AM76", 0)] * 60 + [("O567AM76", seed) for seed in range(1, 6)]
-    detector = PassDetector(CAMERA, passes=PassParams(updates=False, **EVERY_READ))
-    events = _events(detector, _scene(reads))
-    assert [(p.text, p.reason) for p, _ in events] == [("C567AM76", "confident")]
-
-
-def test_a_still_image_alone_waits_for_the_plate_to_leave() -> None:
-    # Never moves: reported when the stream ends (a track ending), never at max_delay_s.
-    events = _events(PassDetector(CAMERA), _scene([("A123BC77", 0)] * 40))
-    assert [(p.text, p.reason, p.evidence) for p, _ in events] == [("A123BC77", "flush", 1)]
-
-
-# Two pictures misread for 6 s, then the plate seen well on 37 new ones.
-WEAK_THEN_STRONG = [("C567AM76", 1)] * 15 + [("C567AM76", 2)] * 16
-WEAK_THEN_STRONG += [("O567AM76", seed) for seed in range(3, 40)]
-
-
-def test_weak_evidence_contradicted_by_strong_evidence_is_corrected() -> None:
-    # Two new pictures misread, reported at max_delay_s; then the plate is seen well, over
-    # many new pictures: one correction with the same event id.
-    reads = WEAK_THEN_STRONG
-    detector = PassDetector(CAMERA)
-    events = _events(detector, _scene(reads))
-    assert [(p.text, p.version, p.previous_text, p.reason) for p, _ in events] == [
-        ("C567AM76", 1, None, "max_delay"),
-        ("O567AM76", 2, "C567AM76", "confident"),
-    ]
-    first, update = (p for p, _ in events)
-    assert first.event_id == update.event_id and first.track_id == update.track_id
-    assert events[0][1] == 30 and update.evidence > first.evidence
-    assert detector.corrections == 1
-
-
-def test_a_correction_at_the_end_of_the_track() -> None:
-    # Not enough to be confident of the new text, but it is what the whole pass says.
-    reads = [("C567AM76", 1)] * 15 + [("C567AM76", 2)] * 16 + [("O567AM76", s) for s in range(3, 9)]
-    events = _events(PassDetector(CAMERA), _scene(reads))
-    assert [(p.text, p.version, p.reason) for p, _ in events] == [
-        ("C567AM76", 1, "max_delay"),
-        ("O567AM76", 2, "flush"),
-    ]
-
-
-def test_updates_off_keeps_the_first_decision() -> None:
-    reads = WEAK_THEN_STRONG
-    events = _events(PassDetector(CAMERA, passes=PassParams(updates=False)), _scene(reads))
-    assert [(p.text, p.version) for p, _ in events] == [("C567AM76", 1)]
-
-
-def test_deciding_sure_waits_for_confidence_or_the_end() -> None:
-    reads = WEAK_THEN_STRONG
-    events = _events(PassDetector(CAMERA, passes=PassParams(decide="sure")), _scene(reads))
-    assert [(p.text, p.version, p.reason) for p, _ in events] == [("O567AM76", 1, "confident")]
-
-
-def test_the_live_view_labels_the_decision_and_the_raw_read() -> None:
-    reads = [("C567AM76", 1)] * 15 + [("C567AM76", 2)] * 16 + [("O567AM76", 3)]
-    detector = PassDetector(CAMERA)
-    for result in _scene(reads):
-        detector.update(result)
-    (plate,) = detector.last_tracked
-    assert (plate.text, plate.read, plate.decided, plate.confirmed) == (
-        "C567AM76",
-        "O567AM76",
-        True,
-        True,
-    )
-    fresh = PassDetector(CAMERA)
-    for result in _scene(reads[:3]):
-        fresh.update(result)
-    (plate,) = fresh.last_tracked
-    assert (plate.text, plate.decided) == ("C567AM76", False)
-
-
-@pytest.mark.parametrize("snap", [False, True])
-def test_a_known_plate_is_matched_and_snapped_to(snap: bool) -> None:
-    # The recogniser misreads two characters of a plate the site knows, in every frame.
-    known = KnownPlates([KnownList("staff", ("O567AM76",), max_distance=2, snap=snap)])
-    detector = PassDetector(CAMERA, known=known)
-    events = _events(detector, _scene([("C567AC76", seed) for seed in range(12)]))
-    ((only, _),) = events
-    assert only.match == Match("staff", "O567AM76", 2, False, snap)
-    if snap:
-        assert (only.text, only.voted_text) == ("O567AM76", "C567AC76")
-    else:
-        assert (only.text, only.voted_text) == ("C567AC76", None)
-
-
-def test_a_text_known_to_no_list_has_no_match() -> None:
-    known = KnownPlates([KnownList("staff", ("A123BC77",), max_distance=1, snap=True)])
-    events = _events(
-        PassDetector(CAMERA, known=known), _scene([("O567AM76", s) for s in range(12)])
-    )
-    assert [(p.text, p.match) for p, _ in events] == [("O567AM76", None)]
-
-
-def test_with_updates_off_the_live_view_still_shows_the_decision() -> None:
-    detector = PassDetector(CAMERA, passes=PassParams(updates=False))
-    for result in _scene(WEAK_THEN_STRONG[:34]):
-        detector.update(result)
-    (plate,) = detector.last_tracked
-    assert (plate.text, plate.read, plate.decided) == ("C567AM76", "O567AM76", True)

@@ -24,7 +24,7 @@ import pytest
 
 from converters import assets
 from streamer.app import Service
-from streamer.config.schema import load_config
+from streamer.config import load_config
 from streamer.inference.embedded.server import EmbeddedTriton
 
 CLIP = assets.verify(assets.asset("yard_cam.ts"), assets.default_assets_dir())

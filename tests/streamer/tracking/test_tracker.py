@@ -1,11 +1,19 @@
+import dataclasses
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pytest
 
+from streamer.config import TrackerConfig
 from streamer.tracking.tracker import PlateTracker, TrackerParams, iou_matrix
 
 FPS = 15.0
+
+
+def _params(**changes: Any) -> TrackerParams:
+    """Tracker parameters from a ``tracker:`` section with ``changes`` (the defaults else)."""
+    return TrackerParams.from_config(TrackerConfig(**changes))
 
 
 def _boxes(*rows: Sequence[float]) -> np.ndarray:
@@ -56,7 +64,7 @@ NONE = (_boxes(), _scores())
     ],
 )
 def test_one_id_follows_a_moving_plate(boxes: list[list[float]]) -> None:
-    tracker = PlateTracker(TrackerParams())
+    tracker = PlateTracker(TrackerParams.defaults())
     ids = set()
     for i, box in enumerate(boxes):
         update = tracker.update(i / FPS, _boxes(box), _scores(0.6))
@@ -82,7 +90,7 @@ def _crossing(i: int) -> tuple[list[int], list[int]]:
 
 @pytest.mark.parametrize("every", [1, 3])
 def test_two_crossing_plates_keep_their_ids(every: int) -> None:
-    tracker = PlateTracker(TrackerParams())
+    tracker = PlateTracker(TrackerParams.defaults())
     id_a = id_b = None
     for i in range(0, 21, every):
         a, b = _crossing(i)
@@ -119,7 +127,7 @@ def test_two_crossing_plates_keep_their_ids(every: int) -> None:
     ],
 )
 def test_adjacent_plates_keep_their_ids(frames: list[list[list[float]]]) -> None:
-    tracker = PlateTracker(TrackerParams())
+    tracker = PlateTracker(TrackerParams.defaults())
     first = None
     for i, rows in enumerate(frames):
         update = tracker.update(i / FPS, _boxes(*rows), _scores(0.7, 0.7))
@@ -132,7 +140,7 @@ def test_adjacent_plates_keep_their_ids(frames: list[list[list[float]]]) -> None
 
 @pytest.mark.parametrize("gap_s", [0.5, 1.0, 1.9])
 def test_a_track_survives_a_gap_shorter_than_the_buffer(gap_s: float) -> None:
-    tracker = PlateTracker(TrackerParams(lost_track_buffer_s=2.0))
+    tracker = PlateTracker(_params(lost_track_buffer_s=2.0))
     box = _boxes((1523, 336, 1577, 369))
     tracker.update(0.0, box, _scores(0.67))
     tid = tracker.update(0.1, box, _scores(0.67)).assignments[0][1]
@@ -146,7 +154,7 @@ def test_a_track_survives_a_gap_shorter_than_the_buffer(gap_s: float) -> None:
 
 
 def test_a_track_ends_after_the_buffer() -> None:
-    tracker = PlateTracker(TrackerParams(lost_track_buffer_s=2.0))
+    tracker = PlateTracker(_params(lost_track_buffer_s=2.0))
     box = _boxes((1523, 336, 1577, 369))
     tracker.update(0.0, box, _scores(0.67))
     tid = tracker.update(0.2, box, _scores(0.67)).assignments[0][1]
@@ -161,7 +169,7 @@ def test_a_track_ends_after_the_buffer() -> None:
 
 def test_a_track_rejoins_after_a_stall_with_no_frames() -> None:
     # No frames at all for 3 s (a stalled camera): the parked plate is still the same track.
-    tracker = PlateTracker(TrackerParams(lost_track_buffer_s=2.0))
+    tracker = PlateTracker(_params(lost_track_buffer_s=2.0))
     box = _boxes((1523, 336, 1577, 369))
     tracker.update(0.0, box, _scores(0.67))
     tid = tracker.update(0.2, box, _scores(0.67)).assignments[0][1]
@@ -171,7 +179,7 @@ def test_a_track_rejoins_after_a_stall_with_no_frames() -> None:
 
 @pytest.mark.parametrize("low", [0.2, 0.25, 0.39])
 def test_low_score_detections_do_not_start_tracks(low: float) -> None:
-    tracker = PlateTracker(TrackerParams(high_score=0.4, low_score=0.2))
+    tracker = PlateTracker(_params(high_score=0.4, low_score=0.2))
     box = _boxes((81, 364, 135, 401))
     for i in range(5):
         update = tracker.update(i / FPS, box, _scores(low))
@@ -181,7 +189,7 @@ def test_low_score_detections_do_not_start_tracks(low: float) -> None:
 
 @pytest.mark.parametrize("low", [0.2, 0.3, 0.39])
 def test_low_score_detections_extend_tracks(low: float) -> None:
-    tracker = PlateTracker(TrackerParams(high_score=0.4, low_score=0.2, lost_track_buffer_s=2.0))
+    tracker = PlateTracker(_params(high_score=0.4, low_score=0.2, lost_track_buffer_s=2.0))
     boxes = [(81 - 0.5 * i, 364 - 0.7 * i, 135 - 0.6 * i, 401 - 1.0 * i) for i in range(60)]
     tracker.update(0.0, _boxes(boxes[0]), _scores(0.55))
     tid = tracker.update(1 / FPS, _boxes(boxes[1]), _scores(0.5)).assignments[0][1]
@@ -192,7 +200,7 @@ def test_low_score_detections_extend_tracks(low: float) -> None:
 
 
 def test_below_low_score_is_ignored() -> None:
-    tracker = PlateTracker(TrackerParams(low_score=0.2, lost_track_buffer_s=1.0))
+    tracker = PlateTracker(_params(low_score=0.2, lost_track_buffer_s=1.0))
     box = _boxes((81, 364, 135, 401))
     tracker.update(0.0, box, _scores(0.6))
     tid = tracker.update(0.1, box, _scores(0.6)).assignments[0][1]
@@ -201,7 +209,7 @@ def test_below_low_score_is_ignored() -> None:
 
 
 def test_time_going_backwards_ends_every_track() -> None:
-    tracker = PlateTracker(TrackerParams())
+    tracker = PlateTracker(TrackerParams.defaults())
     boxes = _boxes((1523, 336, 1577, 369), (81, 364, 135, 401))
     tracker.update(100.0, boxes, _scores(0.67, 0.5))
     before = tracker.update(100.1, boxes, _scores(0.67, 0.5))
@@ -215,7 +223,7 @@ def test_time_going_backwards_ends_every_track() -> None:
 
 
 def test_tentative_tracks_are_dropped_not_ended() -> None:
-    tracker = PlateTracker(TrackerParams(lost_track_buffer_s=2.0, min_hits=2))
+    tracker = PlateTracker(_params(lost_track_buffer_s=2.0, min_hits=2))
     update = tracker.update(0.0, _boxes((74, 336, 120, 365)), _scores(0.45))
     tid = update.assignments[0][1]
     assert update.tentative == [tid] and not tracker.is_confirmed(tid)
@@ -225,13 +233,13 @@ def test_tentative_tracks_are_dropped_not_ended() -> None:
 
 
 def test_min_hits_one_confirms_at_once() -> None:
-    tracker = PlateTracker(TrackerParams(min_hits=1))
+    tracker = PlateTracker(_params(min_hits=1))
     update = tracker.update(0.0, _boxes((74, 336, 120, 365)), _scores(0.45))
     assert update.confirmed == [update.assignments[0][1]] and update.tentative == []
 
 
 def test_flush_ends_confirmed_tracks_and_drops_tentative_ones() -> None:
-    tracker = PlateTracker(TrackerParams())
+    tracker = PlateTracker(TrackerParams.defaults())
     a, b = (1523, 336, 1577, 369), (81, 364, 135, 401)
     tracker.update(0.0, _boxes(a), _scores(0.67))
     update = tracker.update(0.1, _boxes(a, b), _scores(0.67, 0.5))
@@ -249,7 +257,7 @@ def test_ids_are_counted_per_tracker() -> None:
 
 
 def test_predicted_box_follows_a_constant_velocity() -> None:
-    tracker = PlateTracker(TrackerParams())
+    tracker = PlateTracker(TrackerParams.defaults())
     for i in range(15):  # 60 px/s right, 1 s
         x = 100 + 4 * i
         update = tracker.update(i / FPS, _boxes((x, 300, x + 54, 333)), _scores(0.6))
@@ -273,18 +281,11 @@ def test_bad_input_is_refused(boxes: np.ndarray, scores: np.ndarray, match: str)
         PlateTracker().update(0.0, boxes, scores)
 
 
-@pytest.mark.parametrize(
-    ("kwargs", "match"),
-    [
-        ({"iou_threshold": 0.0}, "iou_threshold"),
-        ({"low_score": 0.5, "high_score": 0.4}, "low_score <= high_score"),
-        ({"lost_track_buffer_s": -1.0}, "lost_track_buffer_s"),
-        ({"min_hits": 0}, "min_hits"),
-    ],
-)
-def test_bad_params_are_refused(kwargs: dict[str, float], match: str) -> None:
-    with pytest.raises(ValueError, match=match):
-        TrackerParams(**kwargs)  # type: ignore[arg-type]
+def test_params_come_from_the_tracker_section() -> None:
+    fields = {f.name for f in dataclasses.fields(TrackerParams)}
+    assert fields == set(TrackerConfig.model_fields)
+    assert _params(min_hits=3) == dataclasses.replace(TrackerParams.defaults(), min_hits=3)
+    assert PlateTracker().params == TrackerParams.from_config(TrackerConfig())
 
 
 def test_iou_matrix() -> None:

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from streamer.domain.frames import Frame
-from streamer.tracking.passes import TrackedPlate
+from streamer.tracking.plate_pass import TrackedPlate
 from streamer.web.overlay import (
     CONFIRMED_COLOR,
     TENTATIVE_COLOR,

@@ -25,12 +25,10 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from streamer.inference.embedded.server import (
-    EmbeddedTriton,
-    TritonStartError,
-    default_model_env,
-    prepare_server_tree,
-)
+from streamer.inference.embedded.environment import default_model_env
+from streamer.inference.embedded.errors import TritonStartError
+from streamer.inference.embedded.server import EmbeddedTriton
+from streamer.inference.embedded.tree import prepare_server_tree
 
 _MODEL_ENV = default_model_env()
 assert _MODEL_ENV is not None, "the models' environment .venv-triton is missing: run `make setup`"
@@ -205,42 +203,6 @@ def server(tmp_path_factory: pytest.TempPathFactory, work_dir: Path) -> Iterator
     assert not srv.running
 
 
-def test_prepare_server_tree_is_atomic_and_reused(tmp_path: Path) -> None:
-    target = tmp_path / "tree"
-    results: list[Path] = []
-    errors: list[BaseException] = []
-
-    def prepare() -> None:
-        try:
-            results.append(prepare_server_tree(target))
-        except BaseException as exc:  # reported below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=prepare) for _ in range(3)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert not errors
-    assert results == [target.absolute()] * 3
-    assert os.access(target / "bin" / "tritonserver", os.X_OK)
-    assert os.access(target / "backends" / "python" / "triton_python_backend_stub", os.X_OK)
-    assert not (target / "python_backend_stubs").exists()
-    assert [p.name for p in tmp_path.iterdir()] == ["tree"]  # no temporary siblings left
-
-    marker = next(target.glob(".lpr-streamer-tree"))
-    before = marker.stat().st_mtime_ns
-    assert prepare_server_tree(target) == target.absolute()
-    assert marker.stat().st_mtime_ns == before
-
-    foreign = tmp_path / "foreign"
-    foreign.mkdir()
-    (foreign / "notes.txt").write_text("not a server tree")
-    with pytest.raises(TritonStartError, match="does not hold"):
-        prepare_server_tree(foreign)
-    assert (foreign / "notes.txt").exists()
-
-
 def test_inference_over_http_and_grpc(server: EmbeddedTriton) -> None:
     assert server.running
     assert re.fullmatch(r"127\.0\.0\.1:\d+", server.grpc_url)
@@ -340,6 +302,8 @@ def test_broken_model_fails_start_with_its_name(tmp_path: Path, work_dir: Path) 
     message = str(info.value)
     assert "exploding_model" in message
     assert "boom in initialize" in message
+    first = info.value.first_error  # what the start-up error line shows
+    assert first is not None and "boom in initialize" in first and first in message
     assert not srv.running
     assert srv.pid is None
     assert shm_files(srv.shm_prefix) == []

@@ -10,8 +10,8 @@ from pathlib import Path
 from converters import assets
 from converters.paths import MODEL_REPOSITORY
 from streamer.app import Service
-from streamer.config.schema import load_config
-from streamer.inference.embedded.server import _SHM_DIR, _group_members, _proc_stat
+from streamer.config import load_config
+from streamer.inference.embedded.process import SHM_DIR, group_members, proc_stat
 from tests.polling import answering, until, until_status
 
 CLIP = assets.verify(assets.asset("yard_cam.ts"), assets.default_assets_dir())
@@ -48,9 +48,9 @@ async def test_a_killed_embedded_triton_is_restarted_and_frames_are_answered_aga
         assert triton.pid != old_pid and triton.grpc_url == url  # the same address
         assert service.watchdog is not None and service.watchdog.restarts == 1
         # Nothing of the killed server is left: no zombie, no stub, no shared memory.
-        assert _proc_stat(old_pid) is None
-        assert _group_members(old_pid) == []
-        assert not list(_SHM_DIR.glob(f"{old_prefix}*"))
+        assert proc_stat(old_pid) is None
+        assert group_members(old_pid) == []
+        assert not list(SHM_DIR.glob(f"{old_prefix}*"))
     finally:
         service.request_stop()
         await asyncio.wait_for(runner, 120)

@@ -1,0 +1,110 @@
+"""The root of the config file: :class:`Settings`, its sections and the checks across them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field, ValidationInfo, field_validator
+
+from streamer.config.base import Section
+from streamer.config.cameras import CameraConfig
+from streamer.config.decisions import EventsConfig, KnownPlatesLists, TrackerConfig
+from streamer.config.delivery import OutboxConfig, WebhookTargetConfig
+from streamer.config.inference import TritonConfig
+from streamer.config.service import LogConfig, MetricsConfig, ReloadConfig, WebConfig
+from streamer.tracking.known_plates import KnownList, KnownPlates
+
+
+class Settings(Section):
+    """The whole config file."""
+
+    cameras: list[CameraConfig] = Field(
+        min_length=1, max_length=256, description="The cameras to read (at least one)."
+    )
+    triton: TritonConfig = Field(default_factory=TritonConfig, description=TritonConfig.__doc__)
+    tracker: TrackerConfig = Field(default_factory=TrackerConfig, description=TrackerConfig.__doc__)
+    events: EventsConfig = Field(default_factory=EventsConfig, description=EventsConfig.__doc__)
+    web: WebConfig = Field(default_factory=WebConfig, description=WebConfig.__doc__)
+    metrics: MetricsConfig = Field(
+        default_factory=MetricsConfig,
+        validate_default=True,  # so that the port check below sees a default metrics.port
+        description=MetricsConfig.__doc__,
+    )
+    log: LogConfig = Field(default_factory=LogConfig, description=LogConfig.__doc__)
+    reload: ReloadConfig = Field(default_factory=ReloadConfig, description=ReloadConfig.__doc__)
+    known_plates: KnownPlatesLists = Field(
+        default_factory=dict,
+        description="Known-plate lists (label -> list of plates or patterns) every decided "
+        "text is matched against (docs/events.md#known-plates).",
+    )
+    webhooks: list[WebhookTargetConfig] = Field(
+        default_factory=list,
+        max_length=32,
+        description="Webhook targets every event is delivered to (see docs/events.md); "
+        "none: no webhooks.",
+    )
+    outbox: OutboxConfig = Field(
+        # A mapping, validated like a written section, so that the default path
+        # resolves against the config file's folder too.
+        default_factory=dict,
+        validate_default=True,
+        description=OutboxConfig.__doc__,
+    )
+
+    @field_validator("cameras")
+    @classmethod
+    def _unique_names(cls, cameras: list[CameraConfig]) -> list[CameraConfig]:
+        first: dict[str, int] = {}
+        for index, camera in enumerate(cameras):
+            if camera.name in first:
+                raise ValueError(
+                    f"cameras[{first[camera.name]}] and cameras[{index}] are both named "
+                    f"{camera.name!r}: camera names must be unique"
+                )
+            first[camera.name] = index
+        return cameras
+
+    @field_validator("webhooks")
+    @classmethod
+    def _unique_targets(cls, targets: list[WebhookTargetConfig]) -> list[WebhookTargetConfig]:
+        first: dict[str, int] = {}
+        for index, target in enumerate(targets):
+            if target.name in first:
+                raise ValueError(
+                    f"webhooks[{first[target.name]}] and webhooks[{index}] are both named "
+                    f"{target.name!r}: target names must be unique"
+                )
+            first[target.name] = index
+        return targets
+
+    @field_validator("metrics")
+    @classmethod
+    def _distinct_ports(cls, metrics: MetricsConfig, info: ValidationInfo) -> MetricsConfig:
+        web = info.data.get("web")
+        if metrics.enabled and web is not None and metrics.port == web.port != 0:
+            raise ValueError(
+                f"metrics.port and web.port are both {web.port}: choose another port for one"
+            )
+        return metrics
+
+    def known_plates_for(self, camera: CameraConfig) -> KnownPlates:
+        """The camera's known-plate lists, then the global ones it does not override."""
+        lists = {**camera.known_plates}
+        lists.update({k: v for k, v in self.known_plates.items() if k not in lists})
+        return KnownPlates(
+            KnownList(label, tuple(c.plates), c.max_distance, c.snap, c.alert)
+            for label, c in lists.items()
+        )
+
+    @property
+    def enabled_cameras(self) -> tuple[CameraConfig, ...]:
+        return tuple(c for c in self.cameras if c.enabled)
+
+    def redacted(self) -> dict[str, Any]:
+        """The settings as plain JSON-able data, safe to log: URLs redacted, token masked."""
+        data = self.model_dump(mode="json")
+        for camera, dumped in zip(self.cameras, data["cameras"], strict=True):
+            dumped["url"] = camera.redacted_url
+        for target, dumped in zip(self.webhooks, data["webhooks"], strict=True):
+            dumped["url"] = target.redacted_url
+        return data

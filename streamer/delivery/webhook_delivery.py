@@ -1,0 +1,140 @@
+"""One signed webhook POST, and what its answer comes to.
+
+:class:`WebhookPoster` holds one target's config and its signer (the ``whsec_`` secret
+lives only there, and appears in no log, error or metric). :meth:`WebhookPoster.post`
+sends one pending delivery and classifies the answer as an :class:`Outcome`:
+
+* 2xx: delivered;
+* 408, 429, 5xx, a connection error or a timeout: retry (with the answer's
+  ``Retry-After`` when it has one; when, is :mod:`streamer.delivery.retry`'s call);
+* anything else (other 4xx, a 3xx: redirects are not followed): dead, with the reason
+  ``HTTP 400: <first 200 characters of the body>``.
+
+Requests are signed per the Standard Webhooks specification (``webhook-id`` = the
+message id: the event id for a pass's first report, ``<event_id>.v<version>`` for a
+correction, so a receiver deduplicates re-sent messages; ``webhook-timestamp``;
+``webhook-signature`` = ``v1,<base64 HMAC-SHA256>``). The payload is
+``PlateEvent.to_dict()`` with the crop per target: ``crop_jpeg_base64``, ``crop_url``
+or nothing. See docs/events.md.
+"""
+
+from __future__ import annotations
+
+import base64
+import importlib.metadata
+import json
+import math
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Literal
+from urllib.parse import quote
+
+import aiohttp
+from standardwebhooks import Webhook
+
+from streamer.config import WebhookTargetConfig
+from streamer.delivery.outbox_sql import PendingDelivery
+from streamer.delivery.retry import retry_after_seconds
+from streamer.ops.redact import redact_text
+
+#: Characters of an error answer's body kept as the reason.
+ERROR_BODY_CHARS = 200
+_ERROR_BODY_BYTES = 4096
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("lpr-streamer")
+    except importlib.metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
+USER_AGENT = f"lpr-streamer/{_version()}"
+
+
+def crop_url(public_base_url: str, event_id: str) -> str:
+    """Where the service serves an event's crop (the web server comes in a later issue)."""
+    return f"{public_base_url.rstrip('/')}/api/events/{quote(event_id, safe='')}/crop.jpg"
+
+
+def is_retryable(status: int) -> bool:
+    """Whether an HTTP answer that is not a 2xx is worth another attempt."""
+    return status in (408, 429) or status >= 500
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one POST came to."""
+
+    kind: Literal["delivered", "retry", "dead"]
+    error: str | None = None
+    #: The answer's Retry-After, in seconds, when it had one.
+    retry_after_s: float | None = None
+
+
+class WebhookPoster:
+    """One target's signed POSTs (see the module docstring)."""
+
+    def __init__(self, config: WebhookTargetConfig) -> None:
+        self.config = config
+        self._signer = Webhook(config.secret.get_secret_value())
+
+    def __repr__(self) -> str:
+        return f"WebhookPoster({self.config.name!r})"
+
+    def body(self, item: PendingDelivery) -> str:
+        """The JSON body for this target: the stored payload plus the crop as configured."""
+        config = self.config
+        payload = dict(item.payload)
+        if config.crop == "base64":
+            if item.crop is None:
+                raise ValueError("crop: base64 needs the crop (next_batch(with_crop=True))")
+            payload["crop_jpeg_base64"] = base64.b64encode(item.crop).decode("ascii")
+        elif config.crop == "url":
+            assert config.public_base_url is not None  # checked by the config
+            payload["crop_url"] = crop_url(config.public_base_url, item.event_id)
+        return json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
+
+    async def post(self, session: aiohttp.ClientSession, item: PendingDelivery) -> Outcome:
+        """One signed POST of ``item``; never raises for network trouble."""
+        config = self.config
+        body = self.body(item)
+        now = datetime.now(UTC)
+        headers = {
+            "webhook-id": item.event_id,
+            "webhook-timestamp": str(math.floor(now.timestamp())),
+            "webhook-signature": self._signer.sign(item.event_id, now, body),
+            "content-type": "application/json",
+        }
+        try:
+            async with session.post(
+                config.url,
+                data=body.encode("utf-8"),
+                headers=headers,
+                timeout=aiohttp.ClientTimeout(total=config.timeout_s),
+                allow_redirects=False,
+            ) as response:
+                status = response.status
+                if 200 <= status < 300:
+                    return Outcome("delivered")
+                text = await _error_text(response)
+                error = f"HTTP {status}: {text}" if text else f"HTTP {status}"
+                if is_retryable(status):
+                    retry_after = retry_after_seconds(response.headers.get("Retry-After"))
+                    return Outcome("retry", error, retry_after)
+                return Outcome("dead", error)
+        except TimeoutError:
+            return Outcome("retry", f"timeout: no answer within {config.timeout_s:g} s")
+        except aiohttp.ClientError as exc:
+            detail = redact_text(str(exc)) or "(no detail)"
+            return Outcome("retry", f"{type(exc).__name__}: {detail}")
+
+
+async def _error_text(response: aiohttp.ClientResponse) -> str:
+    """The first characters of an error answer's body, on one line ("" if unreadable)."""
+    try:
+        raw = await response.content.read(_ERROR_BODY_BYTES)
+    except (aiohttp.ClientError, TimeoutError):
+        return ""
+    text = " ".join(raw.decode("utf-8", errors="replace").split())
+    return redact_text(text[:ERROR_BODY_CHARS])

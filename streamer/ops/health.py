@@ -1,0 +1,85 @@
+"""What ``/healthz`` and ``/readyz`` say: liveness and readiness, from the service's parts.
+
+Liveness fails only when the process cannot make progress and will not recover by itself (a
+supervised part in a crash loop): an orchestrator should restart it. Readiness fails while
+Triton is unavailable, restarting or its model answers errors; while a sink or the outbox
+fails; while a supervised part waits to restart; or when no camera delivers frames. Its body
+gives the reason per part.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from streamer.delivery.events import EventSink
+    from streamer.delivery.publisher import EventPublisher
+    from streamer.inference.client import PlateRecognizer
+    from streamer.inference.embedded.watchdog import TritonWatchdog
+    from streamer.pipeline.cameras import Camera
+    from streamer.pipeline.supervisor import Supervisor
+
+Report = tuple[bool, dict[str, object]]
+
+
+def liveness(supervisor: Supervisor) -> Report:
+    """Alive unless a supervised part is in a crash loop."""
+    looping = supervisor.crash_looping()
+    return not looping, ({"crash_loop": looping} if looping else {})
+
+
+def triton_state(recognizer: PlateRecognizer | None, watchdog: TritonWatchdog | None) -> str:
+    """``ready``, ``restarting`` (the embedded server), ``model ... failing: ...`` or
+    ``unavailable``."""
+    ready = recognizer is not None and recognizer.ready
+    if watchdog is not None and watchdog.state == "restarting":
+        return "restarting"
+    if recognizer is not None and ready and recognizer.model_failing:
+        return f"model {recognizer.model} failing: {recognizer.last_model_error}"
+    return "ready" if ready else "unavailable"
+
+
+def readiness(
+    *,
+    recognizer: PlateRecognizer | None,
+    watchdog: TritonWatchdog | None,
+    supervisor: Supervisor,
+    publisher: EventPublisher,
+    sinks: Sequence[EventSink],
+    cameras: Iterable[Camera],
+    config: dict[str, object] | None = None,
+) -> Report:
+    """Ready when Triton answers, every sink is healthy, no part waits to restart and a
+    camera delivers frames (see the module docstring). ``config`` (the reload state) is
+    reported as it is and does not change readiness: a refused reload keeps the running
+    config."""
+    cameras = list(cameras)
+    triton = triton_state(recognizer, watchdog)
+    parts = {name: part.to_dict() for name, part in supervisor.parts.items()}
+    parts_ok = all(part["state"] != "restarting" for part in parts.values())
+    failing = dict(publisher.failing)
+    for sink in sinks:
+        if not getattr(sink, "healthy", True):
+            failing.setdefault(sink.name, "failing")
+    by_camera = {
+        c.config.name: {
+            "state": c.source.stats.state,
+            "url": c.config.redacted_url,
+            "last_error": c.source.stats.last_error,
+        }
+        for c in cameras
+    }
+    # Files loop outside --once, so a running service always has a camera to deliver.
+    delivering = sum(1 for c in cameras if c.source.stats.state == "connected")
+    details: dict[str, object] = {
+        "triton": triton,
+        "cameras_delivering": delivering,
+        "sinks": failing if failing else "ok",
+        "cameras": by_camera,
+        "parts": parts,
+    }
+    if config is not None:
+        details["config"] = config
+    ready = triton == "ready" and not failing and parts_ok and (not cameras or delivering > 0)
+    return ready, details

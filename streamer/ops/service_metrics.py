@@ -1,0 +1,142 @@
+"""Metrics read at scrape time from the running parts: the counters kept by the decode
+threads, pipelines, pass detectors, supervisor and inference client (``Metrics`` holds the
+ones the code increments as it goes: streamer/ops/metrics.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
+
+from prometheus_client.core import Metric
+
+from streamer.ops.metrics import counter, gauge
+
+if TYPE_CHECKING:
+    from streamer.inference.client import PlateRecognizer
+    from streamer.inference.embedded.watchdog import TritonWatchdog
+    from streamer.pipeline.cameras import Camera
+    from streamer.pipeline.supervisor import Supervisor
+
+_PER_CAMERA: dict[str, tuple[str, Callable[[Camera], float]]] = {
+    "lpr_frames_decoded": ("Frames decoded.", lambda c: c.source.stats.decoded),
+    "lpr_frames_sampled": (
+        "Frames kept by sampling (converted and queued).",
+        lambda c: c.source.stats.sampled,
+    ),
+    "lpr_frames_sent": ("Frames sent to Triton.", lambda c: c.pipeline.stats.sent),
+    "lpr_frames_answered": (
+        "Frames Triton answered in time.",
+        lambda c: c.pipeline.stats.answered,
+    ),
+    "lpr_decode_errors": (
+        "Damaged packets or frames skipped or concealed.",
+        lambda c: c.source.stats.decode_errors,
+    ),
+    "lpr_camera_reconnects": (
+        "Reconnect attempts after a lost or failed source.",
+        lambda c: c.source.stats.reconnects,
+    ),
+}
+
+
+def camera_metrics(cameras: Iterable[Camera], recognizer: PlateRecognizer | None) -> list[Metric]:
+    """Per camera: frames by stage, drops and skips by reason, tracks, passes withheld."""
+    cameras = list(cameras)
+    families: list[Metric] = []
+    for name, (doc, value) in _PER_CAMERA.items():
+        family = counter(name, doc, ["camera"])
+        for camera in cameras:
+            family.add_metric([camera.config.name], value(camera))
+        families.append(family)
+    dropped = counter(
+        "lpr_frames_dropped",
+        "Sampled frames not recognised, by reason: backpressure (inference behind: "
+        "a waiting frame replaced by a newer one) or inference_failed.",
+        ["camera", "reason"],
+    )
+    in_flight = gauge(
+        "lpr_frames_in_flight",
+        "Frames holding an inference permit now (waiting to be sent or at Triton).",
+        ["camera"],
+    )
+    tracks = gauge("lpr_active_tracks", "Confirmed plate tracks now.", ["camera"])
+    up = gauge("lpr_camera_up", "1 while the camera delivers frames.", ["camera"])
+    withheld = counter(
+        "lpr_passes_withheld",
+        "Vehicle passes not reported, by reason: duplicate (the same text within "
+        "events.dedup_window_s) or low_confidence (under events.min_confidence).",
+        ["camera", "reason"],
+    )
+    skipped = counter(
+        "lpr_frames_skipped",
+        "Sampled frames not sent on purpose, by reason: no_motion (the motion gate).",
+        ["camera", "reason"],
+    )
+    for c in cameras:
+        name, stats, passes = c.config.name, c.pipeline.stats, c.pipeline.passes
+        dropped.add_metric([name, "backpressure"], c.queue.dropped + stats.superseded)
+        dropped.add_metric([name, "inference_failed"], stats.failed)
+        held = recognizer.scheduler.held(name) if recognizer is not None else 0
+        in_flight.add_metric([name], held)
+        tracks.add_metric([name], passes.active_tracks)
+        up.add_metric([name], 1.0 if c.source.stats.state == "connected" else 0.0)
+        withheld.add_metric([name, "duplicate"], passes.suppressed)
+        withheld.add_metric([name, "low_confidence"], passes.unsure)
+        skipped.add_metric([name, "no_motion"], c.source.stats.skipped_no_motion)
+    return [*families, dropped, in_flight, tracks, up, withheld, skipped]
+
+
+def part_metrics(supervisor: Supervisor, watchdog: TritonWatchdog | None) -> list[Metric]:
+    """Each supervised part's restarts and whether it runs."""
+    restarts = counter(
+        "lpr_part_restarts",
+        "Restarts of a supervised part (camera-<name>, events, triton, ...) after it crashed "
+        "or died.",
+        ["part"],
+    )
+    running = gauge("lpr_part_running", "1 while a supervised part runs.", ["part"])
+    for name, part in supervisor.parts.items():
+        count, up = part.restarts, part.state == "running"
+        if name == "triton" and watchdog is not None:  # it restarts the server itself
+            count, up = watchdog.restarts, up and watchdog.state == "running"
+        restarts.add_metric([name], count)
+        running.add_metric([name], 1.0 if up else 0.0)
+    return [restarts, running]
+
+
+def inference_metrics(recognizer: PlateRecognizer | None) -> list[Metric]:
+    """The Triton stream and the shared window."""
+    ready = gauge("lpr_triton_ready", "1 while the stream to Triton is open.", [])
+    ready.add_metric([], 1.0 if recognizer is not None and recognizer.ready else 0.0)
+    if recognizer is None:
+        return [ready]
+    scheduler, stats = recognizer.scheduler, recognizer.stats
+    window = gauge(
+        "lpr_inference_window", "Frames allowed at Triton at once (adaptive window).", []
+    )
+    window.add_metric([], scheduler.window.limit)
+    held = gauge("lpr_inference_in_flight", "Inference permits held now (all cameras).", [])
+    held.add_metric([], scheduler.in_flight)
+    at_triton = gauge("lpr_inference_at_triton", "Frames written to Triton, unanswered.", [])
+    at_triton.add_metric([], recognizer.at_triton)
+    waiting = gauge("lpr_inference_waiting_cameras", "Cameras waiting for a permit.", [])
+    waiting.add_metric([], scheduler.waiting)
+    no_load = gauge(
+        "lpr_inference_no_load_latency_seconds",
+        "Minimum latency of recent answers: the window's reference.",
+        [],
+    )
+    no_load.add_metric([], scheduler.window.no_load_latency_s or 0.0)
+    late = counter(
+        "lpr_inference_late_answers",
+        "Answers that came after their frame's deadline (discarded).",
+        [],
+    )
+    late.add_metric([], stats.late)
+    resets = counter(
+        "lpr_inference_stream_resets",
+        "Streams reset because Triton held a frame long past its deadline.",
+        [],
+    )
+    resets.add_metric([], stats.resets)
+    return [ready, window, held, at_triton, waiting, no_load, late, resets]

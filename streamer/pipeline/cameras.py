@@ -1,0 +1,236 @@
+"""The running cameras: each one's source, queue and pipeline, started, stopped and replaced.
+
+A camera is built from its config section: a :class:`CameraSource` (decode thread) fills a
+bounded :class:`FrameQueue`, and a :class:`CameraPipeline` (supervised, part
+``camera-<name>``) takes frames to Triton and its reads to the pass detector. Stopping a
+camera stops its decoder; the pipeline then sees the end of its queue, finishes the frames in
+flight (within a grace) and flushes its open passes, which go to the events publisher like
+any other. Reload (streamer/ops/reload.py) adds, removes and replaces cameras one by one
+here; the cameras it leaves alone are never touched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+
+from streamer.config import CameraConfig, Settings
+from streamer.inference.client import PlateRecognizer
+from streamer.ingest.frame_queue import FrameQueue
+from streamer.ingest.motion import MotionGate
+from streamer.ingest.source import CameraSource
+from streamer.ops.metrics import Metrics
+from streamer.pipeline.camera import CameraPipeline, OnPasses, OnResult
+from streamer.pipeline.supervisor import Supervisor
+from streamer.tracking.known_plates import KnownPlates
+from streamer.tracking.pass_params import PassParams
+from streamer.tracking.passes import PassDetector
+from streamer.tracking.plate_formats import PlateFormats
+from streamer.tracking.plate_pass import PlatePass
+from streamer.tracking.tracker import TrackerParams
+from streamer.web.view_source import CameraStatus, Snapshot
+
+LOG = logging.getLogger(__name__)
+
+#: Sampled frames waiting for a free in-flight slot, per camera.
+FRAME_QUEUE_SIZE = 2
+
+
+@dataclass
+class Camera:
+    """One running camera."""
+
+    config: CameraConfig
+    queue: FrameQueue
+    source: CameraSource
+    pipeline: CameraPipeline
+    task: asyncio.Task[None] | None = None
+
+    @property
+    def part(self) -> str:
+        """Its pipeline's name as a supervised part."""
+        return part_name(self.config.name)
+
+
+def part_name(camera: str) -> str:
+    return f"camera-{camera}"
+
+
+def pass_detector(config: CameraConfig, settings: Settings) -> PassDetector:
+    """The camera's decision rules, from the tracker, events and known-plates settings."""
+    return PassDetector(config.name, *decision_rules(config, settings))
+
+
+def decision_rules(
+    config: CameraConfig, settings: Settings
+) -> tuple[TrackerParams, PassParams, PlateFormats, float, KnownPlates]:
+    """What :class:`PassDetector` takes, in its order (also for reconfiguring one)."""
+    events = settings.events
+    return (
+        TrackerParams.from_config(settings.tracker),
+        PassParams.from_config(events, config.decide),
+        PlateFormats(events.plate_formats),
+        events.min_text_score,
+        settings.known_plates_for(config),
+    )
+
+
+class Cameras(Mapping[str, Camera]):
+    """The cameras of the service, by name (see the module docstring)."""
+
+    def __init__(
+        self,
+        supervisor: Supervisor,
+        metrics: Metrics,
+        on_passes: OnPasses,
+        submit: Callable[[list[PlatePass]], None],
+        *,
+        once: bool = False,
+        on_result: OnResult | None = None,
+    ) -> None:
+        """``on_passes`` takes the passes a pipeline decides; ``submit`` the passes flushed
+        here when a pipeline had to be cancelled (it must not wait). The inference client
+        (``recognizer``) is set once the service has connected it, before the first start."""
+        self.recognizer: PlateRecognizer | None = None
+        self.supervisor = supervisor
+        self.metrics = metrics
+        self.on_passes = on_passes
+        self.submit = submit
+        self.once = once
+        self.on_result = on_result
+        self.running: dict[str, Camera] = {}
+
+    # A read-only mapping of the running cameras by name (a reload changes it).
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self.running))
+
+    def __len__(self) -> int:
+        return len(self.running)
+
+    def __getitem__(self, name: str) -> Camera:
+        return self.running[name]
+
+    def build(self, config: CameraConfig, settings: Settings) -> Camera:
+        if self.recognizer is None:
+            raise RuntimeError("cameras start once the inference client is connected")
+        self.recognizer.scheduler.set_weight(config.name, config.weight)
+        live = not config.is_file or config.realtime
+        # Live sources drop the oldest waiting frame when inference falls behind;
+        # files played as fast as possible wait instead, so no frame is lost.
+        queue = FrameQueue(FRAME_QUEUE_SIZE, "drop_oldest" if live else "wait")
+        gate = MotionGate.from_config(config.motion) if config.motion.enabled else None
+        source = CameraSource(
+            config.name,
+            config.url,
+            sample_fps=config.sample_fps,
+            realtime=config.realtime,
+            loop_file=not self.once,
+            queue=queue,
+            rtsp_transport=config.rtsp_transport,
+            open_timeout_s=config.open_timeout_s,
+            read_timeout_s=config.read_timeout_s,
+            stall_timeout_s=config.stall_timeout_s,
+            reconnect_initial_delay_s=config.reconnect_initial_delay_s,
+            reconnect_max_delay_s=config.reconnect_max_delay_s,
+            redacted_url=config.redacted_url,
+            motion_gate=gate,
+            skip_non_reference=config.skip_non_reference_frames,
+        )
+        pipeline = CameraPipeline(
+            config.name,
+            queue,
+            self.recognizer,
+            pass_detector(config, settings),
+            self.on_passes,
+            max_in_flight=settings.triton.max_in_flight_per_camera,
+            roi=tuple(config.roi) if config.roi else None,  # type: ignore[arg-type]
+            min_plate_width=config.min_plate_width,
+            metrics=self.metrics,
+            tracks=gate.tracks if gate is not None else None,
+            on_result=self.on_result,
+        )
+        return Camera(config, queue, source, pipeline)
+
+    def start(self, config: CameraConfig, settings: Settings) -> Camera:
+        """Build the camera and start its decoder and its supervised pipeline."""
+        if config.name in self.running:
+            raise RuntimeError(f"camera {config.name!r} is already running")
+        camera = self.build(config, settings)
+        self.running[config.name] = camera
+        camera.source.start()
+        camera.task = self.supervisor.start(camera.part, camera.pipeline.run)
+        return camera
+
+    async def stop(
+        self, names: list[str] | None = None, *, grace_s: float, forget: bool = True
+    ) -> None:
+        """Stop these cameras (every one if None): decoders first, then their pipelines.
+
+        Each pipeline finishes its frames in flight and flushes its open passes; one that
+        takes longer than ``grace_s`` (Triton not answering) is cancelled and its passes are
+        flushed here. With ``forget``, the cameras are then forgotten: no part, no
+        scheduler weight (a reload); without it they stay listed, stopped (shutdown).
+        """
+        wanted = list(self.running) if names is None else names
+        stopping = [self.running[n] for n in wanted if n in self.running]
+        if not stopping:
+            return
+        await asyncio.gather(*(camera.source.astop() for camera in stopping))
+        running = {c.task: c for c in stopping if c.task is not None and not c.task.done()}
+        if running:
+            _, late = await asyncio.wait(running, timeout=grace_s)
+            for task in late:
+                task.cancel()
+            await asyncio.gather(*late, return_exceptions=True)
+            for task in late:
+                self.submit(running[task].pipeline.passes.flush())
+        for camera in stopping if forget else ():
+            await self.supervisor.remove(camera.part)
+            if self.recognizer is not None:
+                self.recognizer.scheduler.forget(camera.config.name)
+            del self.running[camera.config.name]
+
+    def reconfigure(self, settings: Settings) -> None:
+        """Give every running camera the decision rules of ``settings`` (tracker, events,
+        known plates): decisions from now on follow them, open tracks keep their evidence."""
+        for camera in list(self.values()):
+            camera.pipeline.passes.reconfigure(*decision_rules(camera.config, settings))
+
+    # -- what the web view reads (streamer/web/view_source.py) --------------------------------
+
+    def status(self) -> list[CameraStatus]:
+        """What the web view shows of each camera."""
+        statuses = []
+        for camera in list(self.values()):
+            stats, pipeline = camera.source.stats, camera.pipeline
+            last = pipeline.last_result
+            statuses.append(
+                CameraStatus(
+                    name=camera.config.name,
+                    state=stats.state,
+                    url=camera.config.redacted_url,
+                    decode_fps=round(stats.fps, 2),
+                    sample_fps=camera.config.sample_fps,
+                    last_error=stats.last_error,
+                    frames_decoded=stats.decoded,
+                    frames_sent=pipeline.stats.sent,
+                    frames_dropped=camera.queue.dropped + pipeline.stats.failed,
+                    width=last.frame.width if last else None,
+                    height=last.frame.height if last else None,
+                )
+            )
+        return statuses
+
+    def snapshot(self, camera: str) -> Snapshot | None:
+        """The latest recognised frame, or a newer one the motion gate skipped (a still
+        scene: the plates tracked last are drawn on it)."""
+        entry = self.running.get(camera)
+        if entry is None or entry.pipeline.last_result is None:
+            return None
+        frame = entry.pipeline.last_result.frame
+        preview = entry.source.latest_preview
+        if preview is not None and preview.monotonic > frame.monotonic:
+            frame = preview
+        return Snapshot(frame, entry.pipeline.passes.last_tracked)

@@ -1,0 +1,30 @@
+"""Fixtures of the delivery tests: an outbox with two targets, a webhook receiver."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from streamer.delivery.outbox import Outbox
+from streamer.ops.metrics import Metrics
+from tests.webhook_receiver import Receiver, new_secret
+
+
+@pytest.fixture
+async def outbox(tmp_path: Path) -> AsyncIterator[Outbox]:
+    box = await Outbox.open(tmp_path / "data" / "outbox.sqlite3", ["a", "b"], metrics=Metrics())
+    try:
+        yield box
+    finally:
+        await box.close()
+
+
+@pytest.fixture
+async def receiver() -> AsyncIterator[Receiver]:
+    rx = await Receiver(new_secret()).start()
+    try:
+        yield rx
+    finally:
+        await rx.stop()

@@ -1,0 +1,49 @@
+"""Helpers for the webhook tests (tests/streamer/delivery/): targets, settings and a sink
+set to look at the outbox often and close quickly, metric samples, per-camera order."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from streamer.config import CameraConfig, OutboxConfig, Settings, WebhookTargetConfig
+from streamer.delivery.events import PlateEvent
+from streamer.delivery.webhooks import WebhookSink, create_webhook_sink
+from streamer.ops.metrics import Metrics
+
+FAST = {"poll_interval_s": 0.2, "close_timeout_s": 1.0, "outbox_error_delay_s": 0.2}
+
+
+def target(name: str, url: str, secret: str, **fields: Any) -> WebhookTargetConfig:
+    fields.setdefault("retry_initial_delay_s", 0.05)
+    fields.setdefault("retry_max_delay_s", 0.2)
+    fields.setdefault("timeout_s", 2.0)
+    return WebhookTargetConfig(name=name, url=url, secret=secret, **fields)
+
+
+def settings(tmp_path: Path, *targets: WebhookTargetConfig, **outbox: Any) -> Settings:
+    return Settings(
+        cameras=[CameraConfig(name="gate", url="rtsp://cam/x")],
+        webhooks=list(targets),
+        outbox=OutboxConfig(path=tmp_path / "outbox.sqlite3", **outbox),
+    )
+
+
+def sample(metrics: Metrics, name: str, **labels: str) -> float:
+    value = metrics.registry.get_sample_value(name, labels or None)
+    return 0.0 if value is None else value
+
+
+async def open_sink(
+    config: Settings, metrics: Metrics | None = None, **options: Any
+) -> WebhookSink:
+    sink = await create_webhook_sink(config, metrics or Metrics(), **{**FAST, **options})
+    assert sink is not None
+    return sink
+
+
+def assert_in_camera_order(received_ids: list[str], published: list[PlateEvent]) -> None:
+    position = {event_id: i for i, event_id in enumerate(received_ids)}
+    for camera in {e.camera for e in published}:
+        sent = [e.event_id for e in published if e.camera == camera]
+        assert sorted(sent, key=position.__getitem__) == sent, f"camera {camera} out of order"

@@ -1,0 +1,137 @@
+"""What the web tests serve and share: :class:`ClipView`, a small ``ViewSource`` over a
+recording of the clip (frames of yard_cam.ts, the plates a real Triton reads in them, the
+tracker's labels and the events the pass detector reports), and their small helpers."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+import av
+import cv2
+import numpy as np
+from aiortc import RTCPeerConnection
+
+from converters import assets
+from streamer.delivery.events import PlateEvent, build_event
+from streamer.domain.frames import Frame, FrameResult
+from streamer.inference.client import PlateRecognizer
+from streamer.tracking.pass_params import PassParams
+from streamer.tracking.passes import PassDetector
+from streamer.web import WebServer
+from streamer.web.view_source import CameraStatus, Snapshot
+
+CLIP = assets.verify(assets.asset("yard_cam.ts"), assets.default_assets_dir())
+#: Frames of the clip recorded: the parked car's plate in all, the passing car's in 10 and 15.
+RECORDED_FRAMES = (10, 15, 30, 45)
+
+
+@dataclass(frozen=True)
+class Recording:
+    snapshots: tuple[Snapshot, ...]
+    events: tuple[PlateEvent, ...]
+
+
+def record_clip(triton_url: str) -> Recording:
+    """The recording of the clip, read by the Triton at ``triton_url``."""
+
+    async def record() -> Recording:
+        recognizer = PlateRecognizer(triton_url, request_timeout_s=60)
+        await recognizer.start()
+        try:
+            await recognizer.wait_ready(30)
+            detector = PassDetector("yard", passes=replace(PassParams.defaults(), max_delay_s=60))
+            snapshots, passes = [], []
+            with av.open(str(CLIP)) as container:
+                for index, decoded in enumerate(container.decode(video=0)):
+                    if index > max(RECORDED_FRAMES):
+                        break
+                    if index not in RECORDED_FRAMES:
+                        continue
+                    image = decoded.to_ndarray(format="bgr24")
+                    frame = Frame(
+                        "yard", index, float(decoded.time), time.time(), time.monotonic(), image
+                    )
+                    result = FrameResult(frame, await recognizer.recognise(frame))
+                    passes += detector.update(result)
+                    snapshots.append(Snapshot(frame, detector.last_tracked))
+            passes += detector.flush()
+            # Each pass three times over (three vehicle passes' worth of events), so that
+            # there is something to page through.
+            events = [await build_event(p, 90) for _ in range(3) for p in passes]
+            return Recording(tuple(snapshots), tuple(events))
+        finally:
+            await recognizer.close()
+
+    # Its own thread and loop: the tests' loops belong to pytest-asyncio.
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, record()).result()
+
+
+class ClipView:
+    """A ``ViewSource`` replaying the recording: camera ``yard`` shows the recorded
+    snapshots in turn, ``rate`` per second; camera ``gate-2`` is reconnecting and has
+    no frame yet."""
+
+    def __init__(self, recording: Recording, rate: float = 4.0) -> None:
+        self.recording = recording
+        self.rate = rate
+        self._t0 = time.monotonic()
+
+    def camera_status(self) -> list[CameraStatus]:
+        return [
+            CameraStatus("yard", "connected", str(CLIP), 15.0, 5.0, None, 120, 40, 2, 1920, 1080),
+            CameraStatus(
+                "gate-2",
+                "reconnecting",
+                "rtsp://***:***@gate.example/stream",
+                0.0,
+                5.0,
+                "connection refused",
+                0,
+                0,
+                0,
+                None,
+                None,
+            ),
+        ]
+
+    def snapshot(self, camera: str) -> Snapshot | None:
+        if camera != "yard":
+            return None
+        snapshots = self.recording.snapshots
+        return snapshots[int((time.monotonic() - self._t0) * self.rate) % len(snapshots)]
+
+    def recent_events(self) -> list[PlateEvent]:
+        return list(self.recording.events)
+
+    def event(self, event_id: str) -> PlateEvent | None:
+        return next((e for e in self.recording.events if e.event_id == event_id), None)
+
+
+def web_url(web: WebServer, path: str, host: str = "127.0.0.1") -> str:
+    return f"http://{host}:{web.port}{path}"
+
+
+def decode_jpeg(data: bytes) -> np.ndarray:
+    assert data[:2] == b"\xff\xd8" and data[-2:] == b"\xff\xd9"
+    image = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
+    assert image is not None
+    return image
+
+
+async def eventually(check: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    """Poll ``check`` until it holds (bounded wait for things to settle), else fail."""
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"still not true after {timeout_s} s")
+        await asyncio.sleep(0.05)
+
+
+async def sdp_offer(pc: RTCPeerConnection) -> dict[str, str]:
+    await pc.setLocalDescription(await pc.createOffer())  # returns once ICE gathering is done
+    return {"sdp": pc.localDescription.sdp, "type": pc.localDescription.type}
