@@ -85,11 +85,13 @@ demo: setup models
 
 # Side-by-side performance suite (about 40 minutes on 2 cores: P1-P4 ~17, overload ladder ~14,
 # runtimes ~5, cameras per core ~3, motion gating ~2): docs/PERFORMANCE.md (+ .json, .png next to it);
-# then the SIGTERM shutdown times (about 4 minutes).
+# then the SIGTERM shutdown times (about 4 minutes) and the event history at 1 million events
+# (about 5 minutes).
 bench: setup models
 	$(BIN)/pip install --quiet -e '.[convert,dev,bench]'
 	$(BIN)/python -m bench
 	$(BIN)/python -m bench.shutdown
+	$(BIN)/python -m bench.store
 
 # Accuracy over labelled variants of the shared footage (a few minutes): docs/ACCURACY.md.
 accuracy: setup models

@@ -34,7 +34,7 @@ from streamer.config import Settings
 from streamer.delivery.events import EventSink, JsonLinesSink, PlateEvent
 from streamer.delivery.outbox import OutboxError
 from streamer.delivery.publisher import EventPublisher
-from streamer.delivery.webhooks import WebhookSink, create_webhook_sink
+from streamer.delivery.webhooks import WebhookSink, create_webhook_sink, replace_webhook_sink
 from streamer.inference.client import PlateRecognizer
 from streamer.inference.scheduler import scheduler_for
 from streamer.ops import health, service_metrics
@@ -45,11 +45,17 @@ from streamer.ops.startup import (
     check_model_repository,
     listen_error,
     outbox_error,
+    store_error,
     triton_start_error,
 )
 from streamer.pipeline.camera import OnResult
 from streamer.pipeline.cameras import Cameras
 from streamer.pipeline.supervisor import Supervisor
+from streamer.store import erasure
+from streamer.store.base import EventStore, StoreError
+from streamer.store.retention import keep_within_retention
+from streamer.store.sink import StoreSink
+from streamer.store.sqlite import SQLiteEventStore
 from streamer.tracking.plate_pass import PlatePass
 from streamer.web import WebServer
 from streamer.web.view_source import CameraStatus, Snapshot
@@ -93,6 +99,7 @@ class Service:
         self.supervisor = Supervisor()
         self.recognizer: PlateRecognizer | None = None
         self.webhooks: WebhookSink | None = None
+        self.store: SQLiteEventStore | None = None  # the event history (storage:)
         self.extra_sinks = tuple(extra_sinks)
         self.metrics = Metrics()
         self.metrics.add_collector(self._collect_state)
@@ -160,26 +167,7 @@ class Service:
             for signum, _ in handlers:
                 with contextlib.suppress(NotImplementedError, RuntimeError):
                     loop.remove_signal_handler(signum)
-        return self._summary() if self.once else 0
-
-    def _summary(self) -> int:
-        """``--once``: a line per camera on stderr; 1 if a camera or Triton never delivered."""
-        code = 0
-        for camera in self.cameras.values():
-            name, source, stats = camera.config.name, camera.source.stats, camera.pipeline.stats
-            line = (
-                f"{name}: {source.decoded} frames decoded, {stats.sent} sent, "
-                f"{stats.answered} answered, {stats.failed} failed, "
-                f"{self.publisher.by_camera[name]} events"
-            )
-            if source.decoded == 0:
-                line += f"; never delivered a frame ({source.last_error or 'no frames'})"
-                code = 1
-            elif stats.sent and not stats.answered:
-                line += "; Triton answered none of its frames"
-                code = 1
-            print(line, file=sys.stderr, flush=True)
-        return code
+        return self.cameras.summary(self.publisher.by_camera, sys.stderr) if self.once else 0
 
     async def _start(self) -> None:
         """Start every part; raises :class:`StartupError` (one line) for what a user can fix."""
@@ -227,6 +215,16 @@ class Service:
             raise outbox_error(self.settings.outbox.path, exc) from None
         if self.webhooks is not None:
             sinks.append(self.webhooks)
+        storage = self.settings.storage
+        if storage.enabled:
+            try:
+                self.store = await SQLiteEventStore.open(storage.path)
+            except StoreError as exc:
+                raise store_error(storage.path, exc) from None
+            sinks.append(StoreSink(self.store))
+            self.publisher.frame_max_width = storage.frame_max_width
+            store = self.store
+            self.supervisor.start("history", lambda: keep_within_retention(store, storage))
         self.publisher.sinks = [*sinks, *self.extra_sinks]
         self.supervisor.start("events", self.publisher.run)
 
@@ -279,28 +277,16 @@ class Service:
         if change.rules_changed:
             self.cameras.reconfigure(change.settings)
         if change.webhooks_changed:
-            await self._replace_webhooks(change.settings)
+            self.webhooks = await replace_webhook_sink(
+                self.publisher,
+                self.webhooks,
+                change.settings,
+                self.settings,
+                self.metrics,
+                self.supervisor,
+            )
         for config in change.changed + change.added:
             self.cameras.start(config, change.settings)
-
-    async def _replace_webhooks(self, settings: Settings) -> None:
-        """The webhook sink closed and opened again with ``settings``' targets (what the
-        old workers had not delivered stays in the outbox for the new ones). A new sink that
-        cannot open gives the running targets back."""
-        old = self.webhooks
-
-        async def open_new() -> WebhookSink | None:
-            for part in old.parts if old is not None else ():  # a removed target's worker
-                await self.supervisor.remove(part)
-            try:
-                return await create_webhook_sink(settings, self.metrics, supervisor=self.supervisor)
-            except OutboxError:  # logged by the outbox
-                return await create_webhook_sink(
-                    self.settings, self.metrics, supervisor=self.supervisor
-                )
-
-        new = await self.publisher.replace_sink(old, open_new)
-        self.webhooks = new if isinstance(new, WebhookSink) else None
 
     @property
     def events_emitted(self) -> int:
@@ -325,6 +311,24 @@ class Service:
 
     def event(self, event_id: str) -> PlateEvent | None:
         return self.recent.find(event_id)
+
+    def history(self) -> EventStore | None:
+        return self.store
+
+    async def erase(
+        self, *, plate: str | None = None, event_id: str | None = None, trigger: str
+    ) -> dict[str, int]:
+        """Every trace of ``plate`` (or the pass ``event_id``) out (streamer/store/erasure.py)."""
+        outbox = self.webhooks.outbox if self.webhooks is not None else None
+        erased = await erasure.erase(
+            plate=plate,
+            event_id=event_id,
+            store=self.store,
+            outbox=outbox,
+            recent=self.recent,
+            trigger=trigger,
+        )
+        return erased.to_dict()
 
     # -- health and metrics (streamer/ops/health.py, streamer/ops/service_metrics.py) -------
 
@@ -380,6 +384,7 @@ class Service:
         await self.cameras.stop(grace_s=FRAMES_GRACE_S, forget=False)
         if self.supervisor.task("events") is not None:  # the flushed passes reach the sinks
             await self.publisher.drain(DRAIN_TIMEOUT_S)
+        await self.supervisor.stop("history")  # no pruning of a history that closes
         for sink in self.sinks:
             await sink.close()
         if self.recognizer is not None:

@@ -17,6 +17,9 @@ found. With no ``--triton-url`` an embedded CPU Triton is started on
 
 ``python -m streamer deadletters list | redrive``: the webhook dead letters
 (streamer/cli/deadletters.py).
+
+``python -m streamer erase --config FILE --plate TEXT``: every trace of a plate out of the
+history and the outbox (streamer/cli/erase.py).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import sys
 import typing
 from pathlib import Path
 
-from streamer.cli import deadletters, recognise
+from streamer.cli import deadletters, erase, recognise
 from streamer.ops.logs import setup_logging
 
 
@@ -85,6 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--once", action="store_true", help="play file cameras once, then exit")
     run.set_defaults(func=_cmd_run)
     deadletters.add_parser(sub)
+    erase.add_parser(sub)
     recognise.add_parser(sub)
     replay = sub.add_parser(
         "replay", help="play clips as fast as possible and score the events against a truth"

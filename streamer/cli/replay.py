@@ -4,7 +4,7 @@
 
 The config's cameras are played once each, as fast as the inference allows
 (``realtime: false``), through the real service: the same sampling, motion gate,
-Triton model, tracker and decision rules as in production; its sinks, webhooks,
+Triton model, tracker and decision rules as in production; its sinks, webhooks, history,
 web view and metrics are switched off (nothing is delivered anywhere). The truth
 file names, per camera, the plates that pass in its clip::
 
@@ -89,6 +89,7 @@ def replay_settings(settings: Settings, cameras: Iterable[str]) -> Settings:
             "webhooks": [],
             "web": settings.web.model_copy(update={"enabled": False}),
             "metrics": settings.metrics.model_copy(update={"enabled": False}),
+            "storage": settings.storage.model_copy(update={"enabled": False}),
         }
     )
 

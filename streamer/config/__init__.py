@@ -37,6 +37,7 @@ from streamer.config.inference import TritonConfig
 from streamer.config.loader import load_config, parse_yaml
 from streamer.config.service import LogConfig, MetricsConfig, ReloadConfig, WebConfig
 from streamer.config.settings import Settings
+from streamer.config.storage import StorageConfig
 
 __all__ = [
     "CAMERA_NAME_PATTERN",
@@ -50,6 +51,7 @@ __all__ = [
     "OutboxConfig",
     "ReloadConfig",
     "Settings",
+    "StorageConfig",
     "TrackerConfig",
     "TritonConfig",
     "WebConfig",

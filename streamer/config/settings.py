@@ -12,6 +12,7 @@ from streamer.config.decisions import EventsConfig, KnownPlatesLists, TrackerCon
 from streamer.config.delivery import OutboxConfig, WebhookTargetConfig
 from streamer.config.inference import TritonConfig
 from streamer.config.service import LogConfig, MetricsConfig, ReloadConfig, WebConfig
+from streamer.config.storage import StorageConfig
 from streamer.tracking.known_plates import KnownList, KnownPlates
 
 
@@ -49,6 +50,11 @@ class Settings(Section):
         default_factory=dict,
         validate_default=True,
         description=OutboxConfig.__doc__,
+    )
+    storage: StorageConfig = Field(
+        default_factory=dict,  # validated like a written section: the default path resolves
+        validate_default=True,
+        description=StorageConfig.__doc__,
     )
 
     @field_validator("cameras")

@@ -25,6 +25,11 @@ from streamer.tracking.plate_pass import PlatePass
 
 #: Extra context around the plate in the crop, as a fraction of the box size.
 CROP_MARGIN = 0.15
+#: The vehicle picture around a plate, in plate widths across and plate heights above and
+#: below it (a car is about 4-5 plates wide; the plate sits low on it).
+VEHICLE_WIDTHS = 6.0
+VEHICLE_ABOVE = 8.0
+VEHICLE_BELOW = 3.0
 
 
 @dataclass(frozen=True)
@@ -73,6 +78,8 @@ class PlateEvent:
     decided_after_s: float = 0.0
     #: Per character of the voted text, its fused probability.
     char_confidence: tuple[float, ...] = ()
+    #: JPEG of the vehicle around the plate, downscaled (for the history; None: not made).
+    frame_jpeg: bytes | None = field(default=None, repr=False, compare=False)
 
     @property
     def type(self) -> str:
@@ -138,10 +145,48 @@ def crop_jpeg(image: np.ndarray, box: tuple[float, float, float, float], quality
     return encoded.tobytes()
 
 
-async def build_event(plate_pass: PlatePass, jpeg_quality: int) -> PlateEvent:
+def vehicle_jpeg(
+    image: np.ndarray, box: tuple[float, float, float, float], quality: int, max_width: int
+) -> bytes:
+    """JPEG of the vehicle around a plate: the plate's box grown to about a car (the plate
+    sits low and centred on it), at most ``max_width`` wide (CPU work: call it in a thread)."""
+    h, w = image.shape[:2]
+    x1, y1, x2, y2 = box
+    bw, bh = max(x2 - x1, 1.0), max(y2 - y1, 1.0)
+    cx = (x1 + x2) / 2
+    left, right = (
+        max(int(cx - VEHICLE_WIDTHS * bw / 2), 0),
+        min(int(cx + VEHICLE_WIDTHS * bw / 2), w),
+    )
+    top, bottom = max(int(y1 - VEHICLE_ABOVE * bh), 0), min(int(y2 + VEHICLE_BELOW * bh), h)
+    region = image[top:bottom, left:right]
+    if region.size == 0:
+        region = image
+    if region.shape[1] > max_width:
+        scale = max_width / region.shape[1]
+        size = (max_width, max(round(region.shape[0] * scale), 1))
+        region = cv2.resize(region, size, interpolation=cv2.INTER_AREA)
+    ok, encoded = cv2.imencode(".jpg", region, [cv2.IMWRITE_JPEG_QUALITY, quality])
+    if not ok:
+        raise RuntimeError("JPEG encoding failed")
+    return encoded.tobytes()
+
+
+async def build_event(
+    plate_pass: PlatePass, jpeg_quality: int, frame_max_width: int | None = None
+) -> PlateEvent:
+    """The event of a decided pass; with ``frame_max_width``, with its vehicle picture."""
     best_frame, best = plate_pass.best_frame, plate_pass.best
-    # best_frame.image inside the thread: its BGR conversion must not run on the loop
-    jpeg = await asyncio.to_thread(lambda: crop_jpeg(best_frame.image, best.box, jpeg_quality))
+
+    def pictures() -> tuple[bytes, bytes | None]:
+        # best_frame.image in this thread: its BGR conversion must not run on the loop
+        image = best_frame.image
+        crop = crop_jpeg(image, best.box, jpeg_quality)
+        if frame_max_width is None:
+            return crop, None
+        return crop, vehicle_jpeg(image, best.box, jpeg_quality, frame_max_width)
+
+    jpeg, frame_jpeg = await asyncio.to_thread(pictures)
     return PlateEvent(
         event_id=plate_pass.event_id,
         camera=plate_pass.camera,
@@ -164,6 +209,7 @@ async def build_event(plate_pass: PlatePass, jpeg_quality: int) -> PlateEvent:
         voted_text=plate_pass.voted_text,
         decided_after_s=plate_pass.decided_after_s,
         char_confidence=plate_pass.char_confidence,
+        frame_jpeg=frame_jpeg,
     )
 
 

@@ -306,6 +306,14 @@ class Outbox:
         prune = functools.partial(sql.prune, delivered_older_than=delivered_older_than)
         return await self._call(prune, "prune", write=True)
 
+    async def erase_delivered(self, needle: str) -> tuple[int, int]:
+        """Forget the delivered events whose payload holds ``needle`` (a plate, JSON-quoted),
+        leaving no trace in the file; ``(events removed, events not delivered yet)``."""
+        erase = functools.partial(sql.erase_delivered, needle=needle)
+        result = await self._call(erase, "erase", write=True)
+        await self._call(lambda conn: conn.execute("PRAGMA wal_checkpoint(TRUNCATE)"), "erase")
+        return result
+
     # ------------------------------------------------------------------ reads
 
     async def next_batch(

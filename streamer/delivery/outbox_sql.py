@@ -174,6 +174,23 @@ def prune(conn: sqlite3.Connection, delivered_older_than: float) -> int:
     ).rowcount
 
 
+def erase_delivered(conn: sqlite3.Connection, needle: str) -> tuple[int, int]:
+    """Forget the events whose payload holds ``needle`` once every target has them
+    (deleted pages overwritten); ``(events removed, events still to deliver)``."""
+    conn.execute("PRAGMA secure_delete=ON")
+    holders = "SELECT event_id FROM events WHERE instr(payload, ?) > 0"
+    conn.execute(
+        f"DELETE FROM deliveries WHERE state = 'delivered' AND event_id IN ({holders})", (needle,)
+    )
+    removed = conn.execute(
+        f"DELETE FROM events WHERE event_id IN ({holders}) AND NOT EXISTS "
+        "(SELECT 1 FROM deliveries d WHERE d.event_id = events.event_id)",
+        (needle,),
+    ).rowcount
+    kept = conn.execute(f"SELECT count(*) FROM ({holders})", (needle,)).fetchone()[0]
+    return removed, kept
+
+
 # --------------------------------------------------------------------------- reads
 
 

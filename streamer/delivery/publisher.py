@@ -55,11 +55,32 @@ class EventLog:
         newest = {e.event_id: e for e in self.events}
         return [e for e in self.events if newest[e.event_id] is e]
 
+    def forget(self, *, plate: str | None = None, event_id: str | None = None) -> int:
+        """Drop every message of the passes that hold ``plate`` (any text of theirs) or of
+        the pass ``event_id`` (an erasure); how many passes."""
+        ids = {
+            e.event_id
+            for e in self.events
+            if e.event_id == event_id or (plate is not None and plate in texts_of(e))
+        }
+        self.events = [e for e in self.events if e.event_id not in ids]
+        return len(ids)
+
     def find(self, message_id: str) -> PlateEvent | None:
         """A message by its id; a bare event id gives the pass's newest version."""
         return next(
             (e for e in reversed(self.events) if message_id in (e.message_id, e.event_id)), None
         )
+
+
+def texts_of(event: PlateEvent) -> set[str]:
+    """Every plate text an event holds: its own, its candidates', the voted and the replaced
+    texts, the known plate it matched."""
+    texts = {event.text, *(text for text, _ in event.candidates)}
+    texts.update(t for t in (event.previous_text, event.voted_text) if t is not None)
+    if event.match is not None:
+        texts.add(str(event.match.get("plate")))
+    return texts
 
 
 class EventPublisher:
@@ -77,6 +98,8 @@ class EventPublisher:
         self.sinks = list(sinks)
         self.metrics = metrics
         self.jpeg_quality = jpeg_quality
+        #: The width of each event's vehicle picture (None: none is made; the history's).
+        self.frame_max_width: int | None = None
         self.sink_timeout_s = sink_timeout_s
         self.recent = EventLog()
         self.emitted = 0  # passes reported (version 1)
@@ -164,7 +187,7 @@ class EventPublisher:
         return True
 
     async def _publish(self, plate_pass: PlatePass) -> None:
-        event = await build_event(plate_pass, self.jpeg_quality)
+        event = await build_event(plate_pass, self.jpeg_quality, self.frame_max_width)
         after_s = time.monotonic() - event.first_seen_monotonic
         if event.version == 1:
             self.emitted += 1

@@ -39,6 +39,7 @@ from streamer.config import OutboxConfig, Settings, WebhookTargetConfig
 from streamer.delivery.events import PlateEvent
 from streamer.delivery.outbox import Outbox, OutboxError
 from streamer.delivery.outbox_sql import DeadLetter
+from streamer.delivery.publisher import EventPublisher
 from streamer.delivery.webhook_delivery import USER_AGENT
 from streamer.delivery.webhook_worker import TargetWorker
 from streamer.ops.metrics import Metrics
@@ -291,3 +292,28 @@ async def create_webhook_sink(
     if not targets:
         return None
     return await WebhookSink.open(settings.outbox, targets, metrics, **options)
+
+
+async def replace_webhook_sink(
+    publisher: EventPublisher,
+    old: WebhookSink | None,
+    settings: Settings,
+    running: Settings,
+    metrics: Metrics,
+    supervisor: Supervisor,
+) -> WebhookSink | None:
+    """A config reload's webhook targets: ``old`` closed and a sink of ``settings`` opened in
+    its place among the publisher's sinks (its workers parts of ``supervisor``), no event
+    given to a sink meanwhile; what the old workers had not delivered stays in the outbox for
+    the new ones. A new sink that cannot open gives the ``running`` targets back."""
+
+    async def open_new() -> WebhookSink | None:
+        for part in old.parts if old is not None else ():  # a removed target's worker
+            await supervisor.remove(part)
+        try:
+            return await create_webhook_sink(settings, metrics, supervisor=supervisor)
+        except OutboxError:  # logged by the outbox
+            return await create_webhook_sink(running, metrics, supervisor=supervisor)
+
+    new = await publisher.replace_sink(old, open_new)
+    return new if isinstance(new, WebhookSink) else None

@@ -10,7 +10,7 @@
 - ``webhooks``: the webhook sink is closed and opened again with the new targets, the
   events publisher paused meanwhile (no event is lost: what the old workers had not
   delivered stays in the outbox for the new ones);
-- keys that need a restart (``triton``, ``web``, ``metrics``, ``log``, ``outbox``,
+- keys that need a restart (``triton``, ``web``, ``metrics``, ``log``, ``outbox``, ``storage``,
   ``events.stdout``, ``events.file``) are reported and keep their running values.
 
 :class:`Reloader` reads the file again when asked (SIGHUP, ``POST /api/reload``, and with
@@ -34,7 +34,7 @@ from streamer.ops.metrics import Metrics
 LOG = logging.getLogger(__name__)
 
 #: Sections whose change needs a restart: they are reported and left as they are.
-RESTART_SECTIONS = ("triton", "web", "metrics", "log", "outbox")
+RESTART_SECTIONS = ("triton", "web", "metrics", "log", "outbox", "storage")
 #: Keys of ``events`` that pick the sinks (made at start): they need a restart too.
 RESTART_EVENT_KEYS = ("stdout", "file")
 #: Sections that set the decision rules of every camera, applied to running cameras.

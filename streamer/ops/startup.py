@@ -57,3 +57,10 @@ def outbox_error(path: Path, exc: Exception) -> StartupError:
         f"cannot open the outbox {path}: {exc}. Fix it (permissions, disk space), or move it "
         "away to start with an empty one (the events it holds would then not be delivered)"
     )
+
+
+def store_error(path: Path, exc: Exception) -> StartupError:
+    return StartupError(
+        f"cannot open the event history {path}: {exc}. Fix it (permissions, disk space), move "
+        "it away to start an empty history, or set storage.enabled: false"
+    )

@@ -15,6 +15,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import TextIO
 
 from streamer.config import CameraConfig, Settings
 from streamer.inference.client import PlateRecognizer
@@ -234,3 +235,22 @@ class Cameras(Mapping[str, Camera]):
         if preview is not None and preview.monotonic > frame.monotonic:
             frame = preview
         return Snapshot(frame, entry.pipeline.passes.last_tracked)
+
+    def summary(self, events: Mapping[str, int], out: TextIO) -> int:
+        """``--once``: a line per camera (frames, answers, ``events`` by camera) to ``out``;
+        1 if a camera never delivered a frame or Triton answered none of its frames."""
+        code = 0
+        for camera in self.values():
+            name, source, stats = camera.config.name, camera.source.stats, camera.pipeline.stats
+            line = (
+                f"{name}: {source.decoded} frames decoded, {stats.sent} sent, "
+                f"{stats.answered} answered, {stats.failed} failed, {events.get(name, 0)} events"
+            )
+            if source.decoded == 0:
+                line += f"; never delivered a frame ({source.last_error or 'no frames'})"
+                code = 1
+            elif stats.sent and not stats.answered:
+                line += "; Triton answered none of its frames"
+                code = 1
+            print(line, file=out, flush=True)
+        return code

@@ -5,8 +5,9 @@ Routes (every one behind the token when one is configured):
 * ``GET /``: the page (cameras, their status and live video, recent events);
 * ``GET /api/cameras``, ``GET /api/cameras/{name}``: status, fps, last error,
   the plates of the latest recognised frame, the stream URLs;
-* ``GET /api/events?offset=&limit=``: recent events, newest first, without
-  crops (each has a ``crop_url``); ``GET /api/events/{id}/crop.jpg``;
+* ``GET /api/events``: the history searched (plate, camera, time, label, alert, cursor
+  pages), or the recent events without one; ``GET /api/events/{id}``, its ``crop.jpg`` and
+  ``frame.jpg`` (:mod:`streamer.web.history`);
 * ``GET /api/cameras/{name}/snapshot.jpg``: the latest frame, annotated;
 * ``GET /api/cameras/{name}/mjpeg``: annotated MJPEG (the fallback video,
   :mod:`streamer.web.mjpeg`);
@@ -43,11 +44,11 @@ from aiohttp import web
 from aiortc import RTCPeerConnection
 
 from streamer.config import CAMERA_NAME_PATTERN, WebConfig
-from streamer.delivery.events import PlateEvent
 from streamer.ops.listener import Listener
 from streamer.web import auth, mjpeg
 from streamer.web.errors import json_error
 from streamer.web.feed import JPEG_QUALITY, CameraFeed, Pace
+from streamer.web.history import HistoryRoutes
 from streamer.web.overlay import MAX_WIDTH, encode_jpeg, render
 from streamer.web.page import page
 from streamer.web.view_source import CameraStatus, Snapshot, ViewSource
@@ -59,15 +60,8 @@ LOG = logging.getLogger(__name__)
 MAX_VIEWERS = 32
 #: Seconds in-flight requests get to finish on stop() before they are cancelled.
 SHUTDOWN_TIMEOUT_S = 5.0
-EVENTS_PAGE_DEFAULT = 50
-EVENTS_PAGE_MAX = 200
 
 _CAMERA_NAME = re.compile(CAMERA_NAME_PATTERN)
-#: An event's message id: its UUID, with ``.v<version>`` for a correction.
-_EVENT_ID = re.compile(
-    r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}(\.v[0-9]{1,6})?$"
-)
-_UINT = re.compile(r"^[0-9]{1,9}$")
 
 
 class WebServer:
@@ -132,8 +126,7 @@ class WebServer:
         app.router.add_get("/api/cameras/{name}/snapshot.jpg", self._snapshot)
         app.router.add_get("/api/cameras/{name}/mjpeg", self._mjpeg)
         app.router.add_post("/api/cameras/{name}/webrtc", self._webrtc)
-        app.router.add_get("/api/events", self._events)
-        app.router.add_get("/api/events/{event_id}/crop.jpg", self._crop)
+        HistoryRoutes(self.view).add_to(app.router)
         app.router.add_post("/api/reload", self._reload)
         return app
 
@@ -255,37 +248,6 @@ class WebServer:
         status = next(s for s in self.view.camera_status() if s.name == name)
         return web.json_response(self._camera_dict(status))
 
-    @staticmethod
-    def _event_dict(event: PlateEvent) -> dict[str, Any]:
-        return {
-            **event.to_dict(include_crop=False),
-            "crop_url": f"/api/events/{event.message_id}/crop.jpg",
-        }
-
-    async def _events(self, request: web.Request) -> web.Response:
-        offset = _int_param(request, "offset", 0, 0, 10**9)
-        limit = _int_param(request, "limit", EVENTS_PAGE_DEFAULT, 1, EVENTS_PAGE_MAX)
-        events = self.view.recent_events()[::-1]  # newest first
-        return web.json_response(
-            {
-                "total": len(events),
-                "offset": offset,
-                "limit": limit,
-                "events": [self._event_dict(e) for e in events[offset : offset + limit]],
-            }
-        )
-
-    async def _crop(self, request: web.Request) -> web.Response:
-        event_id = request.match_info["event_id"]
-        event = self.view.event(event_id) if _EVENT_ID.match(event_id) else None
-        if event is None:
-            raise json_error(web.HTTPNotFound, "no such event")
-        return web.Response(
-            body=event.crop_jpeg,
-            content_type="image/jpeg",
-            headers={"Cache-Control": "private, max-age=86400, immutable"},
-        )
-
     async def _snapshot(self, request: web.Request) -> web.Response:
         name = self._camera_name(request)
         snapshot = self.view.snapshot(name)
@@ -342,15 +304,6 @@ class WebServer:
         self._admit()
         local = await self._peers.answer(name, sdp, self._feed(name))
         return web.json_response({"sdp": local.sdp, "type": local.type})
-
-
-def _int_param(request: web.Request, name: str, default: int, low: int, high: int) -> int:
-    raw = request.query.get(name, "")
-    if not raw:
-        return default
-    if not _UINT.match(raw) or not low <= int(raw) <= high:
-        raise json_error(web.HTTPBadRequest, f"{name} must be an integer from {low} to {high}")
-    return int(raw)
 
 
 def _annotated_jpeg(snapshot: Snapshot, max_width: int) -> bytes:

@@ -4,11 +4,14 @@ may ask of it: a reload of the config file."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from streamer.delivery.events import PlateEvent
 from streamer.domain.frames import Frame
 from streamer.tracking.plate_pass import TrackedPlate
+
+if TYPE_CHECKING:
+    from streamer.store.base import EventStore
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,16 @@ class ViewSource(Protocol):
 
     def event(self, event_id: str) -> PlateEvent | None:
         """A message by its id (``PlateEvent.message_id``), or a pass's newest by event id."""
+        ...
+
+    def history(self) -> EventStore | None:
+        """The event history to search, when the service keeps one (``storage:``)."""
+        ...
+
+    async def erase(
+        self, *, plate: str | None = None, event_id: str | None = None, trigger: str
+    ) -> dict[str, int]:
+        """Erase every trace of ``plate``, or the pass ``event_id``; counts per place."""
         ...
 
     async def reload(self, trigger: str) -> dict[str, Any]:

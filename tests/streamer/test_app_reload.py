@@ -153,6 +153,11 @@ async def test_reload_starts_added_stops_removed_and_leaves_the_others_running(
             assert a_source.stats.reconnects == 0 and a_source.stats.state == "connected"
             assert len(watch.samples) >= 10  # from before the SIGHUP to after the refusal
             assert watch.longest_stall() < 8, watch.samples  # 2 s (a reconnect takes longer)
+            print(
+                f"camera a across the reloads: {len(watch.samples)} samples 0.25 s apart, "
+                f"decoded {watch.samples[0]} -> {watch.samples[-1]}, longest stall "
+                f"{watch.longest_stall() * 0.25:.2f} s, reconnects {a_source.stats.reconnects}"
+            )
         finally:
             service.request_stop()
             await asyncio.wait_for(run, 60)

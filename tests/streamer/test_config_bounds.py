@@ -33,6 +33,7 @@ import types
 import typing
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -59,6 +60,8 @@ from streamer.ops.metrics import Metrics
 from streamer.ops.reload import ConfigWatcher, plan
 from streamer.pipeline.cameras import Cameras
 from streamer.pipeline.supervisor import Supervisor
+from streamer.store.base import MAX_LIMIT, EventQuery
+from streamer.store.sqlite import SQLiteEventStore
 from streamer.tracking.plate_pass import PlatePass
 from streamer.web import WebServer
 from tests.log_records import traceback_of
@@ -79,6 +82,7 @@ ITEMS: dict[str, dict[str, Any]] = {
     "webhooks[]": {"name": "crm", "url": "http://127.0.0.1:1/hook", "secret": SECRET},
     "known_plates.*": {"plates": [PLATE]},
     "cameras[].known_plates.*": {"plates": [PLATE]},
+    "storage.retention_by_label[]": {"label": "staff", "days": 365},
 }
 #: Values a cross-field rule needs beside a field at one of its bounds (path, side) -> values.
 COMPANIONS: dict[tuple[str, str], dict[str, Any]] = {
@@ -298,11 +302,15 @@ async def _run_service_parts(settings: Settings, config_path: Path) -> list[Plat
     web = WebServer(service, settings.web)
     assert web.requested_port == settings.web.port and web.app() is not None
     passes = await _run_camera(settings, recognizer)
-    quality = settings.events.crop_jpeg_quality
-    events = [await build_event(p, quality) for p in [*passes, a_pass()]]
+    quality, width = settings.events.crop_jpeg_quality, settings.storage.frame_max_width
+    events = [await build_event(p, quality, width) for p in [*passes, a_pass()]]
     for event in events:
         crop = cv2.imdecode(np.frombuffer(event.crop_jpeg, np.uint8), cv2.IMREAD_COLOR)
         assert crop is not None and crop.size > 0 and 0 <= event.confidence <= 1
+        assert event.frame_jpeg is not None
+        vehicle = cv2.imdecode(np.frombuffer(event.frame_jpeg, np.uint8), cv2.IMREAD_COLOR)
+        assert vehicle is not None and 0 < vehicle.shape[1] <= width
+    await _keep(settings, events)
     await _deliver(settings, events[-1])
     await _watch(settings, config_path)
     return passes
@@ -418,6 +426,33 @@ async def _deliver(settings: Settings, event: PlateEvent) -> None:
         assert await outbox.prune(outbox_config.retention_s) == (1 if short else 0)
     finally:
         await outbox.close()
+
+
+async def _keep(settings: Settings, events: list[PlateEvent]) -> None:
+    """The history keeps the events, finds them, and prunes exactly those past retention."""
+    storage = settings.storage
+    store = await SQLiteEventStore.open(storage.path)
+    try:
+        for event in events:
+            await store.add(event)
+        found = await store.search(EventQuery(limit=MAX_LIMIT))
+        assert {e.event_id for e in found.events} == {e.event_id for e in events}
+        now = time.time()
+        retention_s = storage.retention_days * 86_400
+        old = [
+            e
+            for e in events
+            if datetime.fromisoformat(e.first_seen.utc).timestamp() < now - retention_s
+        ]
+        deleted = await store.prune(
+            now=now,
+            retention_s=retention_s,
+            by_label={r.label: r.days * 86_400 for r in storage.retention_by_label},
+            max_bytes=int(storage.max_size_gb * 1e9),
+        )
+        assert deleted == len(old)
+    finally:
+        await store.close()
 
 
 async def _watch(settings: Settings, config_path: Path) -> None:

@@ -15,6 +15,7 @@ from streamer.config import (
     MotionConfig,
     ReloadConfig,
     Settings,
+    StorageConfig,
     TrackerConfig,
     TritonConfig,
     WebConfig,
@@ -35,6 +36,7 @@ MODELS: list[type[BaseModel]] = [
     MetricsConfig,
     LogConfig,
     ReloadConfig,
+    StorageConfig,
 ]
 SECRET = "s3cr3t-pw"
 CAMERA = "  - name: gate\n    url: rtsp://cam/stream\n"

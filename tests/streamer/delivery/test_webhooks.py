@@ -27,7 +27,12 @@ import pytest
 
 from streamer.delivery.events import PlateEvent, build_event
 from streamer.delivery.outbox import Outbox, OutboxError
-from streamer.delivery.webhooks import HOUSEKEEPING_PART, create_webhook_sink
+from streamer.delivery.publisher import EventPublisher
+from streamer.delivery.webhooks import (
+    HOUSEKEEPING_PART,
+    create_webhook_sink,
+    replace_webhook_sink,
+)
 from streamer.domain.frames import Frame, FrameResult, PlateReading
 from streamer.ops.metrics import Metrics
 from streamer.pipeline.supervisor import Supervisor
@@ -314,3 +319,33 @@ async def test_a_crashed_worker_is_logged_once_restarted_and_delivers_after_the_
     assert supervisor.task("webhook:crm") is None
     tasks = {t.get_name() for t in asyncio.all_tasks()}
     assert not any(name.startswith(("part-webhook", "webhook-")) for name in tasks)
+
+
+async def test_a_reload_replaces_the_targets_and_their_parts(
+    receiver: Receiver, tmp_path: Path
+) -> None:
+    crm = target("crm", f"{receiver.url}/crm", receiver.secret)
+    erp = target("erp", f"{receiver.url}/erp", receiver.secret)
+    supervisor, metrics = Supervisor(), Metrics()
+    first = await create_webhook_sink(settings(tmp_path, crm), metrics, supervisor=supervisor)
+    assert first is not None
+    publisher = EventPublisher([first], metrics, jpeg_quality=80)
+    both = await replace_webhook_sink(
+        publisher, first, settings(tmp_path, crm, erp), settings(tmp_path, crm), metrics, supervisor
+    )
+    assert both is not None and publisher.sinks == [both] and both.targets == ("crm", "erp")
+    assert {"webhook:crm", "webhook:erp"} <= set(supervisor.parts)
+    only = await replace_webhook_sink(
+        publisher, both, settings(tmp_path, erp), settings(tmp_path, crm, erp), metrics, supervisor
+    )
+    assert only is not None and only.targets == ("erp",)
+    assert "webhook:crm" not in supervisor.parts  # a removed target is no part any more
+    assert supervisor.parts["webhook:erp"].state == "running"
+    event = make_event()
+    await only.publish(event)
+    await eventually(lambda: receiver.delivered_ids("/hook/erp") == [event.event_id], 10, "erp")
+    none = await replace_webhook_sink(
+        publisher, only, settings(tmp_path), settings(tmp_path, erp), metrics, supervisor
+    )
+    assert none is None and publisher.sinks == [] and not supervisor.parts
+    await supervisor.stop()

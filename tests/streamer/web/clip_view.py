@@ -111,6 +111,9 @@ class ClipView:
     def event(self, event_id: str) -> PlateEvent | None:
         return next((e for e in self.recording.events if e.event_id == event_id), None)
 
+    def history(self) -> None:
+        return None  # the recent events only (the history is tested in tests/streamer/store/)
+
 
 def web_url(web: WebServer, path: str, host: str = "127.0.0.1") -> str:
     return f"http://{host}:{web.port}{path}"

@@ -1,0 +1,71 @@
+"""The event history: the ``storage:`` section."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, ValidationInfo, field_validator
+
+from streamer.config.base import CAMERA_NAME_PATTERN, Section, empty_to_none, resolve_path
+
+DEFAULT_STORE_PATH = Path("data/events.sqlite3")
+
+
+class LabelRetention(Section):
+    """How long the events of one known-plate list are kept (longer or shorter)."""
+
+    label: str = Field(pattern=CAMERA_NAME_PATTERN, description="The known-plate list (its label).")
+    days: float = Field(gt=0, le=36_600, description="Days its events are kept.")
+
+
+class StorageConfig(Section):
+    """The searchable history of events (SQLite): every event, its corrections, its plate
+    crop and a picture of the vehicle, kept across restarts (docs/config.md#storage)."""
+
+    enabled: bool = Field(True, description="Keep the event history (search, pictures).")
+    path: Path = Field(
+        DEFAULT_STORE_PATH,
+        validate_default=True,  # so that the default resolves against the config's folder
+        description="SQLite file of the history (relative: to the config file's folder); "
+        "its folder is created when missing.",
+    )
+    retention_days: float = Field(
+        30.0,
+        gt=0,
+        le=36_600,
+        description="Days an event is kept (by the time it was first seen); older ones are "
+        "deleted with their pictures.",
+    )
+    retention_by_label: list[LabelRetention] = Field(
+        default_factory=list,
+        max_length=64,
+        description="Another retention for the events of chosen known-plate lists.",
+    )
+    max_size_gb: float = Field(
+        10.0,
+        gt=0,
+        le=100_000,
+        description="Size the history may take on disk, in GB; past it the oldest events "
+        "are deleted first.",
+    )
+    prune_interval_s: float = Field(
+        600.0, gt=0, le=86_400, description="Seconds between two prunings of the history."
+    )
+    frame_max_width: int = Field(
+        640,
+        ge=160,
+        le=1920,
+        description="Width in pixels the vehicle picture (the frame around the plate) is "
+        "scaled down to, at most.",
+    )
+
+    @field_validator("path", mode="before")
+    @classmethod
+    def _default_path(cls, value: Any) -> Any:
+        return DEFAULT_STORE_PATH if empty_to_none(value) is None else value
+
+    @field_validator("path")
+    @classmethod
+    def _resolve(cls, value: Path, info: ValidationInfo) -> Path:
+        return Path(resolve_path(value, info))

@@ -1,0 +1,1 @@
+"""The event history: every event, its corrections and pictures, searchable, across restarts."""

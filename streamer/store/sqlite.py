@@ -1,0 +1,376 @@
+"""The event history in one SQLite file (WAL), on a database thread of its own.
+
+Three tables: ``passes`` (one row per vehicle pass: its latest version's text, camera,
+known-plate label, alert flag, first-seen time and payload; ``seq`` orders the passes as
+they were stored), ``versions`` (every version's payload) and ``pictures`` (the plate crop
+and the vehicle picture of each pass, apart so that searches never read them). Indexed by
+first-seen time, camera, text and label.
+
+``synchronous=NORMAL``: a committed event survives a crash of the process; the outbox
+(``synchronous=FULL``) is where an event is made safe for delivery, this file is the
+history. Every call runs on the store's own thread: the event loop never waits on SQLite.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sqlite3
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+from rapidfuzz import process
+from rapidfuzz.distance import Levenshtein
+
+from streamer.delivery.events import PlateEvent
+from streamer.store.base import (
+    FUZZY_DISTANCE,
+    MAX_LIMIT,
+    EventQuery,
+    Page,
+    StoredEvent,
+    StoreError,
+    decode_cursor,
+    encode_cursor,
+)
+
+LOG = logging.getLogger(__name__)
+T = TypeVar("T")
+
+SCHEMA_VERSION = 1
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS passes (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    event_id TEXT NOT NULL UNIQUE,
+    camera TEXT NOT NULL,
+    text TEXT NOT NULL,
+    label TEXT,
+    alert INTEGER NOT NULL DEFAULT 0,
+    first_seen REAL NOT NULL,
+    version INTEGER NOT NULL,
+    payload TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS versions (
+    event_id TEXT NOT NULL REFERENCES passes(event_id) ON DELETE CASCADE,
+    version INTEGER NOT NULL,
+    payload TEXT NOT NULL,
+    PRIMARY KEY (event_id, version)
+);
+CREATE TABLE IF NOT EXISTS pictures (
+    event_id TEXT PRIMARY KEY REFERENCES passes(event_id) ON DELETE CASCADE,
+    crop BLOB NOT NULL,
+    frame BLOB
+);
+CREATE INDEX IF NOT EXISTS passes_by_time ON passes(first_seen);
+CREATE INDEX IF NOT EXISTS passes_by_camera ON passes(camera, seq);
+CREATE INDEX IF NOT EXISTS passes_by_text ON passes(text);
+CREATE INDEX IF NOT EXISTS passes_by_label ON passes(label, seq);
+"""
+#: How long a call waits for another connection's lock (a second process reading).
+BUSY_TIMEOUT_S = 5.0
+#: Beyond the highest character of a plate text: the upper end of a prefix range.
+_PREFIX_END = "\U0010ffff"
+
+
+class SQLiteEventStore:
+    """Open with ``await SQLiteEventStore.open(path)``; see the module docstring."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-db")
+        self._conn: sqlite3.Connection | None = None
+        self._closed = False
+
+    @classmethod
+    async def open(cls, path: Path | str) -> SQLiteEventStore:
+        """Create or open the store; raises :class:`StoreError` when it cannot."""
+        store = cls(Path(path))
+        try:
+            await store._call(lambda conn: None, "open")
+        except StoreError:
+            await store.close()
+            raise
+        return store
+
+    def _connect(self) -> sqlite3.Connection:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        try:
+            mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise sqlite3.OperationalError(f"cannot switch {self.path} to WAL (got {mode})")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("PRAGMA foreign_keys=ON")
+            # Deleted rows are overwritten (a plate past its retention leaves no trace in
+            # free pages), and free pages go back to the file system (a new file only).
+            conn.execute("PRAGMA secure_delete=ON")
+            conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise sqlite3.DatabaseError(
+                    f"store schema {version} is newer than this version understands "
+                    f"({SCHEMA_VERSION})"
+                )
+            conn.executescript(
+                f"BEGIN IMMEDIATE;{SCHEMA}PRAGMA user_version={SCHEMA_VERSION};COMMIT;"
+            )
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    async def _call(self, fn: Callable[[sqlite3.Connection], T], what: str) -> T:
+        if self._closed:
+            raise StoreError("the event store is closed")
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, self._run, fn, what)
+
+    def _run(self, fn: Callable[[sqlite3.Connection], T], what: str) -> T:
+        try:
+            if self._conn is None:
+                self._conn = self._connect()
+            return fn(self._conn)
+        except (sqlite3.Error, OSError) as exc:
+            LOG.error("event store %s: %s failed: %s: %s", self.path, what, type(exc).__name__, exc)
+            raise StoreError(f"event store {what} failed ({self.path}): {exc}") from exc
+
+    async def close(self) -> None:
+        """Close the connection (after the calls already made). Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+
+        def close() -> None:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+        try:
+            await asyncio.get_running_loop().run_in_executor(self._executor, close)
+        finally:
+            self._executor.shutdown(wait=False)
+
+    # ------------------------------------------------------------------ writes
+
+    async def add(self, event: PlateEvent) -> None:
+        """Keep ``event`` (a new pass, or a newer version of one: the latest wins)."""
+        payload = json.dumps(event.to_dict(include_crop=False), ensure_ascii=False)
+        label = event.match["label"] if event.match else None
+        first_seen = datetime.fromisoformat(event.first_seen.utc).timestamp()
+
+        def add(conn: sqlite3.Connection) -> None:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.execute(
+                    "INSERT INTO passes (event_id, camera, text, label, alert, first_seen, "
+                    "version, payload) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
+                    "ON CONFLICT(event_id) DO UPDATE SET text=excluded.text, "
+                    "label=excluded.label, alert=excluded.alert, version=excluded.version, "
+                    "payload=excluded.payload WHERE excluded.version > passes.version",
+                    (
+                        event.event_id,
+                        event.camera,
+                        event.text,
+                        label,
+                        int(event.alert),
+                        first_seen,
+                        event.version,
+                        payload,
+                    ),
+                )
+                conn.execute(
+                    "INSERT OR REPLACE INTO versions (event_id, version, payload) VALUES (?, ?, ?)",
+                    (event.event_id, event.version, payload),
+                )
+                conn.execute(
+                    "INSERT INTO pictures (event_id, crop, frame) VALUES (?, ?, ?) "
+                    "ON CONFLICT(event_id) DO UPDATE SET crop=excluded.crop, "
+                    "frame=coalesce(excluded.frame, pictures.frame)",
+                    (event.event_id, event.crop_jpeg, event.frame_jpeg),
+                )
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+
+        await self._call(add, "add")
+
+    async def prune(
+        self, *, now: float, retention_s: float, by_label: dict[str, float], max_bytes: int
+    ) -> int:
+        """Delete the passes first seen more than their retention ago (``by_label``: label
+        -> seconds, for the events of those known-plate lists; ``retention_s`` for the
+        others), then the oldest while the history takes more than ``max_bytes``; with their
+        versions and pictures. Returns how many passes were deleted."""
+
+        def prune(conn: sqlite3.Connection) -> int:
+            deleted = 0
+            labels = list(by_label)
+            others = f"label IS NULL OR label NOT IN ({', '.join('?' * len(labels))})"
+            deleted += _delete(conn, f"first_seen < ? AND ({others})", [now - retention_s, *labels])
+            for label, seconds in by_label.items():
+                deleted += _delete(conn, "label = ? AND first_seen < ?", [label, now - seconds])
+            while _used_bytes(conn) > max_bytes:
+                count = conn.execute("SELECT count(*) FROM passes").fetchone()[0]
+                if not count:
+                    break
+                oldest = "seq IN (SELECT seq FROM passes ORDER BY first_seen LIMIT ?)"
+                deleted += _delete(conn, oldest, [max(1, count // 100)])
+            if deleted:
+                conn.execute("PRAGMA incremental_vacuum")
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            return deleted
+
+        return await self._call(prune, "prune")
+
+    async def erase(self, *, plate: str | None = None, event_id: str | None = None) -> int:
+        """Delete every pass that holds ``plate`` anywhere (its text in any version, a
+        candidate, the text a correction replaced, a known plate matched), or the pass
+        ``event_id``; with versions and pictures, leaving no trace in the file. Returns
+        how many passes were deleted."""
+        if (plate is None) == (event_id is None):
+            raise ValueError("erase by plate or by event id")
+
+        def erase(conn: sqlite3.Connection) -> int:
+            if event_id is not None:
+                deleted = _delete(conn, "event_id = ?", [event_id])
+            else:
+                quoted = json.dumps(normalise_plate(plate or ""))  # as the payloads hold it
+                holders = "SELECT event_id FROM versions WHERE instr(payload, ?) > 0"
+                deleted = _delete(conn, f"event_id IN ({holders})", [quoted])
+            if deleted:
+                conn.execute("PRAGMA incremental_vacuum")
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            return deleted
+
+        return await self._call(erase, "erase")
+
+    # ------------------------------------------------------------------ reads
+
+    async def get(self, event_id: str) -> StoredEvent | None:
+        def get(conn: sqlite3.Connection) -> StoredEvent | None:
+            row = conn.execute(
+                "SELECT p.seq, p.payload, pic.frame IS NOT NULL FROM passes p "
+                "LEFT JOIN pictures pic ON pic.event_id = p.event_id WHERE p.event_id = ?",
+                (event_id,),
+            ).fetchone()
+            if row is None:
+                return None
+            versions = conn.execute(
+                "SELECT payload FROM versions WHERE event_id = ? ORDER BY version", (event_id,)
+            ).fetchall()
+            return StoredEvent(
+                event_id,
+                row[0],
+                json.loads(row[1]),
+                [json.loads(v[0]) for v in versions],
+                bool(row[2]),
+            )
+
+        return await self._call(get, "get")
+
+    async def search(self, query: EventQuery) -> Page:
+        limit = max(1, min(query.limit, MAX_LIMIT))
+        below = decode_cursor(query.cursor) if query.cursor else None
+
+        def search(conn: sqlite3.Connection) -> Page:
+            where, args = _conditions(conn, query)
+            if below is not None:
+                where.append("p.seq < ?")
+                args.append(below)
+            sql = (
+                "SELECT p.seq, p.event_id, p.payload, pic.frame IS NOT NULL FROM passes p "
+                "LEFT JOIN pictures pic ON pic.event_id = p.event_id"
+            )
+            if where:
+                sql += " WHERE " + " AND ".join(where)
+            sql += " ORDER BY p.seq DESC LIMIT ?"
+            rows = conn.execute(sql, [*args, limit + 1]).fetchall()
+            events = [StoredEvent(r[1], r[0], json.loads(r[2]), [], bool(r[3])) for r in rows]
+            more = len(events) > limit
+            events = events[:limit]
+            return Page(events, encode_cursor(events[-1].seq) if more else None)
+
+        return await self._call(search, "search")
+
+    async def crop(self, event_id: str) -> bytes | None:
+        return await self._picture(event_id, "crop")
+
+    async def frame(self, event_id: str) -> bytes | None:
+        return await self._picture(event_id, "frame")
+
+    async def _picture(self, event_id: str, column: str) -> bytes | None:
+        sql = f"SELECT {column} FROM pictures WHERE event_id = ?"  # column: crop or frame
+
+        def picture(conn: sqlite3.Connection) -> bytes | None:
+            row = conn.execute(sql, (event_id,)).fetchone()
+            return bytes(row[0]) if row is not None and row[0] is not None else None
+
+        return await self._call(picture, column)
+
+
+def _delete(conn: sqlite3.Connection, where: str, args: list[Any]) -> int:
+    """Delete the passes ``where`` holds (their versions and pictures with them)."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        deleted = conn.execute(f"DELETE FROM passes WHERE {where}", args).rowcount
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    return deleted
+
+
+def _used_bytes(conn: sqlite3.Connection) -> int:
+    """Bytes the history's pages hold (the free ones not counted)."""
+    page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+    pages = conn.execute("PRAGMA page_count").fetchone()[0]
+    free = conn.execute("PRAGMA freelist_count").fetchone()[0]
+    return int((pages - free) * page_size)
+
+
+def normalise_plate(text: str) -> str:
+    """A plate as the service writes it: upper case, no spaces or dashes."""
+    return "".join(ch for ch in text.upper() if ch.isalnum())
+
+
+def _conditions(conn: sqlite3.Connection, query: EventQuery) -> tuple[list[str], list[Any]]:
+    """The WHERE terms of ``query`` and their arguments."""
+    where: list[str] = []
+    args: list[Any] = []
+    if query.plate:
+        plate = normalise_plate(query.plate)
+        if query.fuzzy:
+            texts = [r[0] for r in conn.execute("SELECT DISTINCT text FROM passes")]
+            near = process.extract(
+                plate, texts, scorer=Levenshtein.distance, score_cutoff=FUZZY_DISTANCE, limit=None
+            )
+            matches = [text for text, _, _ in near] or [plate]
+            where.append(f"p.text IN ({', '.join('?' * len(matches))})")
+            args += matches
+        elif query.prefix:
+            where.append("p.text >= ? AND p.text < ?")
+            args += [plate, plate + _PREFIX_END]
+        else:
+            where.append("p.text = ?")
+            args.append(plate)
+    for column, value in (("camera", query.camera), ("label", query.label)):
+        if value is not None:
+            where.append(f"p.{column} = ?")
+            args.append(value)
+    if query.alert is not None:
+        where.append("p.alert = ?")
+        args.append(int(query.alert))
+    if query.after is not None:
+        where.append("p.first_seen >= ?")
+        args.append(query.after)
+    if query.before is not None:
+        where.append("p.first_seen < ?")
+        args.append(query.before)
+    return where, args

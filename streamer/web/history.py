@@ -1,0 +1,232 @@
+"""The events API: the history searched (streamer/store/), or the recent events without one.
+
+* ``GET /api/events``: with a history, a search, newest first: ``plate`` (exact; with
+  ``prefix=true`` its start; with ``fuzzy=true`` within one edit), ``camera``, ``after`` and
+  ``before`` (first seen; ISO 8601 or Unix seconds), ``label`` (the known-plate list),
+  ``alert`` (true or false), ``limit`` and ``cursor`` (the ``next_cursor`` of the page
+  before: pages hold every event once, however many arrive while paging). Without a
+  history: the recent events, ``offset`` and ``limit``.
+* ``GET /api/events/{id}``: one pass, its latest version and every version (``versions``).
+* ``GET /api/events/{id}/crop.jpg`` and ``/frame.jpg``: the plate, the vehicle.
+* ``DELETE /api/events?plate=``: erase every trace of a plate; ``DELETE /api/events/{id}``:
+  one pass (streamer/store/erasure.py); what was taken out, as JSON, never the plate.
+
+Events carry ``crop_url`` (and ``frame_url`` when the vehicle picture was kept).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from datetime import UTC, datetime
+from typing import Any
+
+from aiohttp import web
+
+from streamer.delivery.events import PlateEvent
+from streamer.store.base import DEFAULT_LIMIT, MAX_LIMIT, CursorError, EventQuery, StoredEvent
+from streamer.web.auth import same_origin
+from streamer.web.errors import json_error
+from streamer.web.view_source import ViewSource
+
+#: The recent events (no history): a page, by default and at most.
+RECENT_PAGE_DEFAULT = 50
+RECENT_PAGE_MAX = 200
+#: An event's message id: its UUID, with ``.v<version>`` for a correction.
+EVENT_ID = re.compile(
+    r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}(\.v[0-9]{1,6})?$"
+)
+_UINT = re.compile(r"^[0-9]{1,9}$")
+_PLATE = re.compile(r"^[0-9A-Za-z -]{1,16}$")
+_NAME = re.compile(r"^[0-9A-Za-z_.:-]{1,64}$")
+_PICTURE_HEADERS = {"Cache-Control": "private, max-age=86400, immutable"}
+
+
+class HistoryRoutes:
+    """The handlers of the events API over a :class:`ViewSource`."""
+
+    def __init__(self, view: ViewSource) -> None:
+        self.view = view
+
+    def add_to(self, router: web.UrlDispatcher) -> None:
+        router.add_get("/api/events", self.events)
+        router.add_get("/api/events/{event_id}", self.event)
+        router.add_get("/api/events/{event_id}/crop.jpg", self.crop)
+        router.add_get("/api/events/{event_id}/frame.jpg", self.frame)
+        router.add_delete("/api/events", self.erase_plate)
+        router.add_delete("/api/events/{event_id}", self.erase_event)
+
+    async def erase_plate(self, request: web.Request) -> web.Response:
+        _refuse_other_origins(request)
+        plate = request.query.get("plate", "")
+        if not _PLATE.match(plate) or not any(ch.isalnum() for ch in plate):
+            raise json_error(web.HTTPBadRequest, "plate: 1 to 16 letters, digits, spaces or dashes")
+        erased = await self.view.erase(plate=plate, trigger="api")
+        return web.json_response({"erased": erased})
+
+    async def erase_event(self, request: web.Request) -> web.Response:
+        _refuse_other_origins(request)
+        event_id = _event_id(request).split(".v")[0]
+        erased = await self.view.erase(event_id=event_id, trigger="api")
+        if not any(erased.values()):
+            raise json_error(web.HTTPNotFound, "no such event")
+        return web.json_response({"erased": erased})
+
+    async def events(self, request: web.Request) -> web.Response:
+        store = self.view.history()
+        if store is None:
+            return self._recent(request)
+        query = parse_query(request)
+        try:
+            page = await store.search(query)
+        except CursorError as exc:
+            raise json_error(web.HTTPBadRequest, str(exc)) from None
+        return web.json_response(
+            {
+                "limit": query.limit,
+                "next_cursor": page.next_cursor,
+                "events": [stored_dict(e) for e in page.events],
+            }
+        )
+
+    def _recent(self, request: web.Request) -> web.Response:
+        offset = int_param(request, "offset", 0, 0, 10**9)
+        limit = int_param(request, "limit", RECENT_PAGE_DEFAULT, 1, RECENT_PAGE_MAX)
+        events = self.view.recent_events()[::-1]  # newest first
+        return web.json_response(
+            {
+                "total": len(events),
+                "offset": offset,
+                "limit": limit,
+                "events": [event_dict(e) for e in events[offset : offset + limit]],
+            }
+        )
+
+    async def event(self, request: web.Request) -> web.Response:
+        event_id = _event_id(request)
+        store = self.view.history()
+        stored = await store.get(event_id.split(".v")[0]) if store is not None else None
+        if stored is not None:
+            return web.json_response({**stored_dict(stored), "versions": stored.versions})
+        recent = self.view.event(event_id)
+        if recent is None:
+            raise json_error(web.HTTPNotFound, "no such event")
+        return web.json_response(event_dict(recent))
+
+    async def crop(self, request: web.Request) -> web.Response:
+        event_id = _event_id(request)
+        recent = self.view.event(event_id)
+        if recent is not None:  # a correction's own crop, or no history
+            return _jpeg(recent.crop_jpeg)
+        store = self.view.history()
+        jpeg = await store.crop(event_id.split(".v")[0]) if store is not None else None
+        if jpeg is None:
+            raise json_error(web.HTTPNotFound, "no such event")
+        return _jpeg(jpeg)
+
+    async def frame(self, request: web.Request) -> web.Response:
+        event_id = _event_id(request)
+        store = self.view.history()
+        jpeg = await store.frame(event_id.split(".v")[0]) if store is not None else None
+        if jpeg is None:
+            recent = self.view.event(event_id)
+            jpeg = recent.frame_jpeg if recent is not None else None
+        if jpeg is None:
+            raise json_error(web.HTTPNotFound, "no picture of this event's vehicle")
+        return _jpeg(jpeg)
+
+
+def _refuse_other_origins(request: web.Request) -> None:
+    if not same_origin(request):
+        raise json_error(web.HTTPForbidden, "a page of another origin may not erase events")
+
+
+def _event_id(request: web.Request) -> str:
+    event_id = request.match_info["event_id"]
+    if not EVENT_ID.match(event_id):
+        raise json_error(web.HTTPNotFound, "no such event")
+    return event_id
+
+
+def _jpeg(body: bytes) -> web.Response:
+    return web.Response(body=body, content_type="image/jpeg", headers=_PICTURE_HEADERS)
+
+
+def links(event_id: str, *, frame: bool) -> dict[str, str]:
+    base = f"/api/events/{event_id}"
+    return {"crop_url": f"{base}/crop.jpg", **({"frame_url": f"{base}/frame.jpg"} if frame else {})}
+
+
+def event_dict(event: PlateEvent) -> dict[str, Any]:
+    return {
+        **event.to_dict(include_crop=False),
+        **links(event.message_id, frame=event.frame_jpeg is not None),
+    }
+
+
+def stored_dict(stored: StoredEvent) -> dict[str, Any]:
+    return {**stored.payload, **links(stored.event_id, frame=stored.has_frame)}
+
+
+def parse_query(request: web.Request) -> EventQuery:
+    """The search a request asks for; 400 (naming the parameter) for what cannot be one."""
+    q = request.query
+    plate = q.get("plate") or None
+    if plate is not None and not _PLATE.match(plate):
+        raise json_error(web.HTTPBadRequest, "plate: 1 to 16 letters, digits, spaces or dashes")
+    for name in ("camera", "label"):
+        if name in q and not _NAME.match(q[name]):
+            raise json_error(web.HTTPBadRequest, f"{name}: not a {name} name")
+    return EventQuery(
+        plate=plate,
+        prefix=bool_param(request, "prefix") or False,
+        fuzzy=bool_param(request, "fuzzy") or False,
+        camera=q.get("camera"),
+        after=time_param(request, "after"),
+        before=time_param(request, "before"),
+        label=q.get("label"),
+        alert=bool_param(request, "alert"),
+        limit=int_param(request, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT),
+        cursor=q.get("cursor") or None,
+    )
+
+
+def int_param(request: web.Request, name: str, default: int, low: int, high: int) -> int:
+    raw = request.query.get(name, "")
+    if not raw:
+        return default
+    if not _UINT.match(raw) or not low <= int(raw) <= high:
+        raise json_error(web.HTTPBadRequest, f"{name} must be an integer from {low} to {high}")
+    return int(raw)
+
+
+def bool_param(request: web.Request, name: str) -> bool | None:
+    raw = request.query.get(name, "").lower()
+    if not raw:
+        return None
+    if raw not in ("true", "false", "1", "0"):
+        raise json_error(web.HTTPBadRequest, f"{name} must be true or false")
+    return raw in ("true", "1")
+
+
+def time_param(request: web.Request, name: str) -> float | None:
+    """ISO 8601 (a time without a zone is UTC) or Unix seconds."""
+    raw = request.query.get(name, "")
+    if not raw:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        try:
+            moment = datetime.fromisoformat(raw.replace("Z", "+00:00"))
+        except ValueError:
+            raise json_error(
+                web.HTTPBadRequest,
+                f"{name} must be ISO 8601 (2026-12-01T18:00:00Z) or Unix seconds",
+            ) from None
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=UTC)
+        value = moment.timestamp()
+    if not math.isfinite(value):
+        raise json_error(web.HTTPBadRequest, f"{name} must be a finite time")
+    return value

@@ -1,0 +1,106 @@
+"""streamer.store.erasure on a real history, a real outbox and the recent events: every trace
+of a plate goes, the audit line does not name it."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import uuid
+from pathlib import Path
+
+import pytest
+
+from streamer.delivery.events import PlateEvent, build_event
+from streamer.delivery.outbox import Outbox
+from streamer.delivery.publisher import EventLog
+from streamer.store import erasure
+from streamer.store.base import EventQuery
+from streamer.store.sqlite import SQLiteEventStore
+from tests.plate_passes import a_pass
+
+PLATE = "H123XX77"
+
+
+async def _event(text: str, candidates: list[tuple[str, float]] | None = None) -> PlateEvent:
+    plate_pass = dataclasses.replace(
+        a_pass(),
+        text=text,
+        event_id=str(uuid.uuid4()),
+        candidates=candidates or [(text, 1.0)],
+    )
+    return await build_event(plate_pass, 80, 320)
+
+
+def _holds(path: Path, text: str) -> bool:
+    """Whether a SQLite file (or its WAL) still holds ``text`` anywhere, free pages included."""
+    files = (path, path.with_name(path.name + "-wal"))
+    return any(f.exists() and text.encode() in f.read_bytes() for f in files)
+
+
+async def test_a_plate_is_erased_everywhere_and_the_audit_line_does_not_name_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store_path, outbox_path = tmp_path / "events.sqlite3", tmp_path / "outbox.sqlite3"
+    store = await SQLiteEventStore.open(store_path)
+    outbox = await Outbox.open(outbox_path, ["a", "b"])
+    recent = EventLog()
+    try:
+        own = await _event(PLATE)  # delivered to both targets
+        candidate = await _event("H128XX77", [("H128XX77", 0.6), (PLATE, 0.4)])  # delivered
+        pending = await _event(PLATE)  # target b has not taken it yet
+        other = await _event("Y836XH76")
+        for event in (own, candidate, pending, other):
+            await store.add(event)
+            await outbox.add(event)
+            recent.add(event)
+        for event in (own, candidate, other):
+            for target in ("a", "b"):
+                await outbox.mark_delivered(event.message_id, target)
+        await outbox.mark_delivered(pending.message_id, "a")
+
+        with caplog.at_level(logging.WARNING, logger="streamer.store.erasure"):
+            erased = await erasure.erase(
+                plate="h123 xx77", store=store, outbox=outbox, recent=recent, trigger="test"
+            )
+        assert erased.to_dict() == {"history": 3, "outbox": 2, "outbox_pending": 1, "recent": 3}
+        (audit,) = caplog.records
+        assert "erasure of a plate (test): 3 pass(es)" in audit.getMessage()
+        assert PLATE not in audit.getMessage() and "H123" not in audit.getMessage()
+
+        left = (await store.search(EventQuery())).events
+        assert [e.event_id for e in left] == [other.event_id]
+        assert not _holds(store_path, PLATE)
+        for event in (own, candidate):
+            assert await outbox.state(event.message_id, "a") is None
+        assert await outbox.state(pending.message_id, "b") == "pending"  # still to deliver
+        assert await outbox.state(other.message_id, "a") == "delivered"
+        assert [e.event_id for e in recent.events] == [other.event_id]
+
+        # Once delivered, erasing again takes the last trace out.
+        await outbox.mark_delivered(pending.message_id, "b")
+        again = await erasure.erase(
+            plate=PLATE, store=store, outbox=outbox, recent=recent, trigger="test"
+        )
+        assert again.to_dict() == {"history": 0, "outbox": 1, "outbox_pending": 0, "recent": 0}
+        assert not _holds(outbox_path, PLATE)
+    finally:
+        await store.close()
+        await outbox.close()
+
+
+async def test_one_pass_is_erased_by_its_id(tmp_path: Path) -> None:
+    store = await SQLiteEventStore.open(tmp_path / "events.sqlite3")
+    try:
+        first, second = await _event(PLATE), await _event(PLATE)
+        await store.add(first)
+        await store.add(second)
+        erased = await erasure.erase(
+            event_id=first.event_id, store=store, outbox=None, recent=None, trigger="test"
+        )
+        assert erased.history == 1
+        assert await store.get(first.event_id) is None
+        assert await store.get(second.event_id) is not None
+        with pytest.raises(ValueError, match="letter or digit"):
+            await erasure.erase(plate=" - ", store=store, outbox=None, recent=None, trigger="t")
+    finally:
+        await store.close()
