@@ -125,6 +125,16 @@ async def test_search_by_plate_exact_prefix_fuzzy_and_filters_combined(tmp_path:
         assert await texts(label="staff") == ["O567AM76"]
         assert await texts(alert=True) == ["A123BC77"]
         assert len(await texts(alert=False)) == 4
+        # A plate first seen after a fuzzy search is found by the next one.
+        await store.add(await _event("O567AM78", camera="gate", at=T0 + 300))
+        assert await texts(plate="O567AM7", fuzzy=True) == [
+            "O567AM78",
+            "O567AM76",
+            "O567AM77",
+            "O567AM76",
+        ]
+        assert await store.erase(plate="O567AM78") == 1
+        assert await texts(plate="O567AM78", fuzzy=True) == ["O567AM76", "O567AM77", "O567AM76"]
     finally:
         await store.close()
 
