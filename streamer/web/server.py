@@ -22,6 +22,9 @@ only for cameras someone watches, at a pace set by the number of viewers (see
 :mod:`streamer.web.feed`). A peer connection is closed when it fails, closes,
 or does not connect within ``connect_timeout_s``; all of them on ``stop()``.
 
+Every refusal is an RFC 9457 problem, ``application/problem+json``
+(:mod:`streamer.web.errors`).
+
 Security (:mod:`streamer.web.auth`): by default the server listens on 127.0.0.1 only. On
 any other address it refuses to start without ``web.token``; with a token every route
 needs it (401 otherwise); without one, requests must name a local host. Camera names and
@@ -33,7 +36,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import logging
 import re
 import secrets
@@ -46,7 +48,7 @@ from aiortc import RTCPeerConnection
 from streamer.config import CAMERA_NAME_PATTERN, WebConfig
 from streamer.ops.listener import Listener
 from streamer.web import auth, mjpeg
-from streamer.web.errors import json_error
+from streamer.web.errors import PROBLEM, json_error, problem_text, problems
 from streamer.web.feed import JPEG_QUALITY, CameraFeed, Pace
 from streamer.web.history import HistoryRoutes
 from streamer.web.overlay import MAX_WIDTH, encode_jpeg, render
@@ -117,7 +119,7 @@ class WebServer:
 
     def app(self) -> web.Application:
         app = web.Application(
-            middlewares=[auth.guard(self._token)], client_max_size=2 * MAX_SDP_CHARS
+            middlewares=[problems, auth.guard(self._token)], client_max_size=2 * MAX_SDP_CHARS
         )
         app.on_response_prepare.append(auth.security_headers)
         app.router.add_get("/", self._page)
@@ -238,7 +240,10 @@ class WebServer:
         if not auth.same_origin(request):
             raise web.HTTPForbidden(text="a page of another origin may not reload the config")
         result = await self.view.reload("api")
-        return web.json_response(result, status=422 if result["outcome"] == "refused" else 200)
+        if result["outcome"] == "refused":  # a problem, with the outcome as its members
+            text = problem_text(422, f"the new config is refused: {result['error']}", **result)
+            return web.Response(status=422, text=text, content_type=PROBLEM)
+        return web.json_response(result)
 
     async def _cameras(self, request: web.Request) -> web.Response:
         return web.json_response([self._camera_dict(s) for s in self.view.camera_status()])
@@ -252,10 +257,8 @@ class WebServer:
         name = self._camera_name(request)
         snapshot = self.view.snapshot(name)
         if snapshot is None:
-            raise web.HTTPServiceUnavailable(
-                text=json.dumps({"error": "no recognised frame yet"}),
-                content_type="application/json",
-                headers={"Retry-After": "1"},
+            raise json_error(
+                web.HTTPServiceUnavailable, "no recognised frame yet", **{"Retry-After": "1"}
             )
         feed = self._feeds.get(name)
         if feed is not None:  # someone watches: share the picture drawn for them
