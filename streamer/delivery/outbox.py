@@ -59,12 +59,10 @@ from streamer.delivery.outbox_sql import (
     PendingDelivery,
 )
 from streamer.ops.metrics import Metrics
+from streamer.ops.sqlite_file import open_wal
 
 LOG = logging.getLogger(__name__)
 T = TypeVar("T")
-
-#: How long a statement waits for another connection's write lock (the CLI's, say).
-BUSY_TIMEOUT_S = 5.0
 
 
 def _identity(path: Path) -> tuple[int, int] | None:
@@ -124,37 +122,19 @@ class Outbox:
     def _connect(self, must_exist: bool) -> sqlite3.Connection:
         if must_exist and not self.path.is_file():
             raise OutboxError(f"no outbox at {self.path}")
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise sqlite3.OperationalError(
-                f"cannot create the folder {self.path.parent}: {exc.strerror}"
-            ) from exc
-        # isolation_level=None: no implicit transactions; writes use BEGIN IMMEDIATE.
-        conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
-        try:
-            mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-            if str(mode).lower() != "wal":
-                raise sqlite3.OperationalError(f"cannot switch {self.path} to WAL (got {mode})")
-            # FULL: a commit is on disk (WAL fsynced) before add() returns, so an accepted
-            # event survives a power cut too, not only a crash of the process (NORMAL
-            # would). The cost, one fsync per event or delivery, is nothing at one event
-            # per vehicle pass.
-            conn.execute("PRAGMA synchronous=FULL")
-            conn.execute("PRAGMA foreign_keys=ON")
-            version = conn.execute("PRAGMA user_version").fetchone()[0]
-            if version > SCHEMA_VERSION:
-                raise OutboxError(
-                    f"{self.path} has outbox schema {version}, newer than this version "
-                    f"understands ({SCHEMA_VERSION})"
-                )
-            conn.executescript(
-                f"BEGIN IMMEDIATE;{SCHEMA}PRAGMA user_version={SCHEMA_VERSION};COMMIT;"
-            )
-        except BaseException:
-            conn.close()
-            raise
-        return conn
+        # FULL: a commit is on disk (WAL fsynced) before add() returns, so an accepted event
+        # survives a power cut too, not only a crash of the process (NORMAL would). The cost,
+        # one fsync per event or delivery, is nothing at one event per vehicle pass.
+        return open_wal(
+            self.path,
+            synchronous="FULL",
+            schema=SCHEMA,
+            version=SCHEMA_VERSION,
+            too_new=lambda found: OutboxError(
+                f"{self.path} has outbox schema {found}, newer than this version "
+                f"understands ({SCHEMA_VERSION})"
+            ),
+        )
 
     async def close(self) -> None:
         """Close the connection (after the jobs already submitted). Idempotent."""

@@ -27,6 +27,7 @@ from rapidfuzz import process
 from rapidfuzz.distance import Levenshtein
 
 from streamer.delivery.events import PlateEvent
+from streamer.ops.sqlite_file import open_wal
 from streamer.store.base import (
     FUZZY_DISTANCE,
     MAX_LIMIT,
@@ -70,8 +71,6 @@ CREATE INDEX IF NOT EXISTS passes_by_camera ON passes(camera, seq);
 CREATE INDEX IF NOT EXISTS passes_by_text ON passes(text);
 CREATE INDEX IF NOT EXISTS passes_by_label ON passes(label, seq);
 """
-#: How long a call waits for another connection's lock (a second process reading).
-BUSY_TIMEOUT_S = 5.0
 #: Beyond the highest character of a plate text: the upper end of a prefix range.
 _PREFIX_END = "\U0010ffff"
 
@@ -103,31 +102,18 @@ class SQLiteEventStore:
         return store
 
     def _connect(self) -> sqlite3.Connection:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
-        try:
-            mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-            if str(mode).lower() != "wal":
-                raise sqlite3.OperationalError(f"cannot switch {self.path} to WAL (got {mode})")
-            conn.execute("PRAGMA synchronous=NORMAL")
-            conn.execute("PRAGMA foreign_keys=ON")
-            # Deleted rows are overwritten (a plate past its retention leaves no trace in
-            # free pages), and free pages go back to the file system (a new file only).
-            conn.execute("PRAGMA secure_delete=ON")
-            conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
-            version = conn.execute("PRAGMA user_version").fetchone()[0]
-            if version > SCHEMA_VERSION:
-                raise sqlite3.DatabaseError(
-                    f"store schema {version} is newer than this version understands "
-                    f"({SCHEMA_VERSION})"
-                )
-            conn.executescript(
-                f"BEGIN IMMEDIATE;{SCHEMA}PRAGMA user_version={SCHEMA_VERSION};COMMIT;"
-            )
-        except BaseException:
-            conn.close()
-            raise
-        return conn
+        # Deleted rows are overwritten (a plate past its retention leaves no trace in free
+        # pages), and free pages go back to the file system (a new file only).
+        return open_wal(
+            self.path,
+            synchronous="NORMAL",
+            schema=SCHEMA,
+            version=SCHEMA_VERSION,
+            too_new=lambda found: sqlite3.DatabaseError(
+                f"store schema {found} is newer than this version understands ({SCHEMA_VERSION})"
+            ),
+            pragmas=("secure_delete=ON", "auto_vacuum=INCREMENTAL"),
+        )
 
     async def _call(self, fn: Callable[[sqlite3.Connection], T], what: str) -> T:
         if self._closed:
