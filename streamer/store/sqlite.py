@@ -178,11 +178,13 @@ class SQLiteEventStore:
                     "INSERT OR REPLACE INTO versions (event_id, version, payload) VALUES (?, ?, ?)",
                     (event.event_id, event.version, payload),
                 )
+                # A version older than the kept one (arrived late) changes no picture either.
                 conn.execute(
                     "INSERT INTO pictures (event_id, crop, frame) VALUES (?, ?, ?) "
                     "ON CONFLICT(event_id) DO UPDATE SET crop=excluded.crop, "
-                    "frame=coalesce(excluded.frame, pictures.frame)",
-                    (event.event_id, event.crop_jpeg, event.frame_jpeg),
+                    "frame=coalesce(excluded.frame, pictures.frame) "
+                    "WHERE (SELECT version FROM passes WHERE event_id = excluded.event_id) = ?",
+                    (event.event_id, event.crop_jpeg, event.frame_jpeg, event.version),
                 )
                 conn.execute("COMMIT")
             except BaseException:

@@ -90,7 +90,10 @@ async def test_a_correction_replaces_the_text_and_every_version_is_kept(tmp_path
         stored = await store.get(event_id)
         assert stored is not None and stored.payload["version"] == 2
         assert [v["text"] for v in stored.versions] == ["C567AM76", "O567AM76"]
-        assert await store.crop(event_id) == wrong.crop_jpeg  # the same picture here
+        assert await store.crop(event_id) == right.crop_jpeg
+        late = dataclasses.replace(wrong, crop_jpeg=b"late first version's crop")
+        await store.add(late)
+        assert await store.crop(event_id) == right.crop_jpeg  # the newest version's picture
     finally:
         await store.close()
 
