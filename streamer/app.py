@@ -24,7 +24,7 @@ import contextlib
 import logging
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +35,7 @@ from streamer.delivery.events import EventSink, JsonLinesSink, PlateEvent
 from streamer.delivery.outbox import OutboxError
 from streamer.delivery.publisher import EventPublisher
 from streamer.delivery.webhooks import WebhookSink, create_webhook_sink, replace_webhook_sink
+from streamer.domain.picture_links import PictureLinks, open_links
 from streamer.inference.client import PlateRecognizer
 from streamer.inference.scheduler import scheduler_for
 from streamer.ops import health, service_metrics
@@ -43,6 +44,7 @@ from streamer.ops.reload import Plan, Reloader
 from streamer.ops.server import OpsServer
 from streamer.ops.startup import (
     check_model_repository,
+    link_key_error,
     listen_error,
     outbox_error,
     store_error,
@@ -117,6 +119,8 @@ class Service:
         )
         self.ops: OpsServer | None = None
         self.web: WebServer | None = None
+        #: Signs and checks the picture links of webhook payloads (made at start).
+        self.links: PictureLinks | None = None
         self._stop = asyncio.Event()
         self.reloader = Reloader(self, config_path, self.metrics)
 
@@ -178,8 +182,13 @@ class Service:
                 await self.ops.start(metrics.host, metrics.port)
             except OSError as exc:
                 raise listen_error(exc, metrics.host, metrics.port, "metrics.port") from None
+        secret = web.link_secret.get_secret_value() if web.link_secret is not None else None
+        try:
+            self.links = await open_links(secret, web.link_key_path, web.link_ttl_s)
+        except (OSError, ValueError) as exc:
+            raise link_key_error(web.link_key_path, exc) from None
         if web.enabled:
-            self.web = WebServer(self, web)
+            self.web = WebServer(self, web, links=self.links)
             try:
                 await self.web.start()
             except OSError as exc:
@@ -209,7 +218,7 @@ class Service:
             sinks.append(JsonLinesSink(events.file))
         try:
             self.webhooks = await create_webhook_sink(
-                self.settings, self.metrics, supervisor=self.supervisor
+                self.settings, self.metrics, supervisor=self.supervisor, **self._webhook_options()
             )
         except OutboxError as exc:
             raise outbox_error(self.settings.outbox.path, exc) from None
@@ -284,9 +293,15 @@ class Service:
                 self.settings,
                 self.metrics,
                 self.supervisor,
+                **self._webhook_options(),
             )
         for config in change.changed + change.added:
             self.cameras.start(config, change.settings)
+
+    def _webhook_options(self) -> dict[str, Any]:
+        """What the webhook sink needs of the service: picture links to sign, and whether the
+        history keeps the vehicles' pictures."""
+        return {"links": self.links, "frames": self.settings.storage.enabled}
 
     @property
     def events_emitted(self) -> int:
@@ -311,6 +326,12 @@ class Service:
 
     def event(self, event_id: str) -> PlateEvent | None:
         return self.recent.find(event_id)
+
+    def watch_events(self, watcher: Callable[[PlateEvent], None]) -> Callable[[], None]:
+        return self.recent.watch(watcher)
+
+    def labels(self) -> list[str]:
+        return self.settings.known_plate_labels()
 
     def history(self) -> EventStore | None:
         return self.store

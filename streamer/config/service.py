@@ -3,14 +3,20 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
 
-from streamer.config.base import Section, empty_to_none
+from streamer.config.base import Section, empty_to_none, resolve_path
 
 #: Hosts the web server may listen on without a token (this machine only).
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "::1", "localhost"})
+#: The key of signed picture links when ``web.link_secret`` is not set (relative: to the
+#: config file's folder).
+DEFAULT_LINK_KEY_PATH = Path("data/link.key")
+#: Characters of a ``web.link_secret``, at least.
+MIN_LINK_SECRET_CHARS = 32
 
 
 class WebConfig(Section):
@@ -31,10 +37,54 @@ class WebConfig(Section):
         "empty: no authentication.",
     )
 
-    @field_validator("token", mode="before")
+    session_ttl_s: float = Field(
+        12 * 3600.0,
+        ge=60,
+        le=30 * 86_400,
+        description="Seconds a browser stays logged in after the login page took the token "
+        "(an HttpOnly session cookie); sessions end on logout and on a restart.",
+    )
+    link_ttl_s: float = Field(
+        7 * 86_400.0,
+        ge=1,
+        le=366 * 86_400,
+        description="Seconds a signed picture link in a webhook payload (crop_url, "
+        "frame_url) answers without the token, from the POST that carried it.",
+    )
+    link_secret: SecretStr | None = Field(
+        None,
+        description=f"Key of the signed picture links (at least {MIN_LINK_SECRET_CHARS} "
+        "characters; replicas behind one address must share it); absent: a random key kept "
+        "in link_key_path.",
+    )
+    link_key_path: Path = Field(
+        DEFAULT_LINK_KEY_PATH,
+        validate_default=True,  # so that the default resolves against the config's folder
+        description="File of the random link key used when link_secret is absent (made on "
+        "first start, mode 0600; relative: to the config file's folder).",
+    )
+
+    @field_validator("token", "link_secret", mode="before")
     @classmethod
-    def _token_empty_is_none(cls, value: Any) -> Any:
+    def _secret_empty_is_none(cls, value: Any) -> Any:
         return empty_to_none(value)
+
+    @field_validator("link_secret")
+    @classmethod
+    def _long_secret(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and len(value.get_secret_value()) < MIN_LINK_SECRET_CHARS:
+            raise ValueError(f"use at least {MIN_LINK_SECRET_CHARS} random characters")
+        return value
+
+    @field_validator("link_key_path", mode="before")
+    @classmethod
+    def _default_key_path(cls, value: Any) -> Any:
+        return DEFAULT_LINK_KEY_PATH if empty_to_none(value) is None else value
+
+    @field_validator("link_key_path")
+    @classmethod
+    def _resolve(cls, value: Path, info: ValidationInfo) -> Path:
+        return Path(resolve_path(value, info))
 
     @model_validator(mode="after")
     def _token_off_loopback(self) -> WebConfig:

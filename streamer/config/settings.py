@@ -25,7 +25,11 @@ class Settings(Section):
     triton: TritonConfig = Field(default_factory=TritonConfig, description=TritonConfig.__doc__)
     tracker: TrackerConfig = Field(default_factory=TrackerConfig, description=TrackerConfig.__doc__)
     events: EventsConfig = Field(default_factory=EventsConfig, description=EventsConfig.__doc__)
-    web: WebConfig = Field(default_factory=WebConfig, description=WebConfig.__doc__)
+    web: WebConfig = Field(
+        default_factory=dict,  # validated like a written section: the key path resolves
+        validate_default=True,
+        description=WebConfig.__doc__,
+    )
     metrics: MetricsConfig = Field(
         default_factory=MetricsConfig,
         validate_default=True,  # so that the port check below sees a default metrics.port
@@ -101,6 +105,13 @@ class Settings(Section):
             KnownList(label, tuple(c.plates), c.max_distance, c.snap, c.alert)
             for label, c in lists.items()
         )
+
+    def known_plate_labels(self) -> list[str]:
+        """Every known-plate list's label, global or a camera's, sorted."""
+        labels = set(self.known_plates)
+        for camera in self.cameras:
+            labels.update(camera.known_plates)
+        return sorted(labels)
 
     @property
     def enabled_cameras(self) -> tuple[CameraConfig, ...]:

@@ -41,14 +41,24 @@ SINK_TIMEOUT_S = 10.0
 @dataclass
 class EventLog:
     """Recent event messages kept in memory for the API and tests (bounded): a pass's first
-    report and its corrections, oldest first."""
+    report and its corrections, oldest first; and who watches them come (the page's live
+    updates)."""
 
     limit: int = 200
     events: list[PlateEvent] = field(default_factory=list)
+    #: Called with each new message, on the event loop; they must not block or raise.
+    watchers: list[Callable[[PlateEvent], None]] = field(default_factory=list)
 
     def add(self, event: PlateEvent) -> None:
         self.events.append(event)
         del self.events[: -self.limit]
+        for watcher in list(self.watchers):
+            watcher(event)
+
+    def watch(self, watcher: Callable[[PlateEvent], None]) -> Callable[[], None]:
+        """Call ``watcher`` with every new message until the returned function is called."""
+        self.watchers.append(watcher)
+        return lambda: self.watchers.remove(watcher) if watcher in self.watchers else None
 
     def latest(self) -> list[PlateEvent]:
         """The newest version of each pass, ordered by when that version came."""

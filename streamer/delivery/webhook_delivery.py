@@ -14,8 +14,9 @@ Requests are signed per the Standard Webhooks specification (``webhook-id`` = th
 message id: the event id for a pass's first report, ``<event_id>.v<version>`` for a
 correction, so a receiver deduplicates re-sent messages; ``webhook-timestamp``;
 ``webhook-signature`` = ``v1,<base64 HMAC-SHA256>``). The payload is
-``PlateEvent.to_dict()`` with the crop per target: ``crop_jpeg_base64``, ``crop_url``
-or nothing. See docs/events.md.
+``PlateEvent.to_dict()`` with the crop per target: ``crop_jpeg_base64``, or ``crop_url``
+(and ``frame_url``) as signed links that expire (streamer/domain/picture_links.py), or
+nothing. See docs/events.md.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ import math
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal
-from urllib.parse import quote
 
 import aiohttp
 from standardwebhooks import Webhook
@@ -35,6 +35,7 @@ from standardwebhooks import Webhook
 from streamer.config import WebhookTargetConfig
 from streamer.delivery.outbox_sql import PendingDelivery
 from streamer.delivery.retry import retry_after_seconds
+from streamer.domain.picture_links import Picture, PictureLinks, picture_path
 from streamer.ops.redact import redact_text
 
 #: Characters of an error answer's body kept as the reason.
@@ -52,9 +53,20 @@ def _version() -> str:
 USER_AGENT = f"lpr-streamer/{_version()}"
 
 
-def crop_url(public_base_url: str, event_id: str) -> str:
-    """Where the service serves an event's crop (the web server comes in a later issue)."""
-    return f"{public_base_url.rstrip('/')}/api/events/{quote(event_id, safe='')}/crop.jpg"
+def picture_urls(
+    public_base_url: str, event_id: str, links: PictureLinks | None, *, frame: bool
+) -> dict[str, str]:
+    """``crop_url`` (and ``frame_url`` when the history keeps the vehicle's picture) of an
+    event, signed when ``links`` is given (streamer/domain/picture_links.py)."""
+    pictures: tuple[Picture, ...] = ("crop", "frame") if frame else ("crop",)
+    return {
+        f"{picture}_url": (
+            links.signed(public_base_url, event_id, picture)
+            if links is not None
+            else public_base_url.rstrip("/") + picture_path(event_id, picture)
+        )
+        for picture in pictures
+    }
 
 
 def is_retryable(status: int) -> bool:
@@ -75,8 +87,16 @@ class Outcome:
 class WebhookPoster:
     """One target's signed POSTs (see the module docstring)."""
 
-    def __init__(self, config: WebhookTargetConfig) -> None:
+    def __init__(
+        self,
+        config: WebhookTargetConfig,
+        links: PictureLinks | None = None,
+        *,
+        frames: bool = False,
+    ) -> None:
         self.config = config
+        self.links = links
+        self.frames = frames
         self._signer = Webhook(config.secret.get_secret_value())
 
     def __repr__(self) -> str:
@@ -92,7 +112,9 @@ class WebhookPoster:
             payload["crop_jpeg_base64"] = base64.b64encode(item.crop).decode("ascii")
         elif config.crop == "url":
             assert config.public_base_url is not None  # checked by the config
-            payload["crop_url"] = crop_url(config.public_base_url, item.event_id)
+            payload.update(
+                picture_urls(config.public_base_url, item.event_id, self.links, frame=self.frames)
+            )
         return json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
 
     async def post(self, session: aiohttp.ClientSession, item: PendingDelivery) -> Outcome:

@@ -28,7 +28,6 @@ import time
 
 import aiohttp
 
-from streamer.config import WebhookTargetConfig
 from streamer.delivery.outbox import Outbox, OutboxError
 from streamer.delivery.outbox_sql import PendingDelivery
 from streamer.delivery.retry import retry_delay
@@ -43,7 +42,7 @@ class TargetWorker:
 
     def __init__(
         self,
-        config: WebhookTargetConfig,
+        poster: WebhookPoster,
         outbox: Outbox,
         metrics: Metrics,
         session: aiohttp.ClientSession,
@@ -52,9 +51,9 @@ class TargetWorker:
         outbox_error_delay_s: float,
         rng: random.Random,
     ) -> None:
-        self.config = config
-        self.name = config.name
-        self.poster = WebhookPoster(config)
+        self.config = poster.config
+        self.name = poster.config.name
+        self.poster = poster
         self.outbox = outbox
         self.metrics = metrics
         self.poll_interval_s = poll_interval_s

@@ -40,8 +40,9 @@ from streamer.delivery.events import PlateEvent
 from streamer.delivery.outbox import Outbox, OutboxError
 from streamer.delivery.outbox_sql import DeadLetter
 from streamer.delivery.publisher import EventPublisher
-from streamer.delivery.webhook_delivery import USER_AGENT
+from streamer.delivery.webhook_delivery import USER_AGENT, WebhookPoster
 from streamer.delivery.webhook_worker import TargetWorker
+from streamer.domain.picture_links import PictureLinks
 from streamer.ops.metrics import Metrics
 from streamer.pipeline.supervisor import PartState, Supervisor
 
@@ -87,9 +88,13 @@ class WebhookSink:
         outbox_error_delay_s: float = OUTBOX_ERROR_DELAY_S,
         rng: random.Random | None = None,
         supervisor: Supervisor | None = None,
+        links: PictureLinks | None = None,
+        frames: bool = False,
     ) -> None:
         """Use :meth:`open`; this does not start the workers. ``supervisor``: the one to
-        run the workers under (the service's); None: the sink's own."""
+        run the workers under (the service's); None: the sink's own. ``links``: signs the
+        picture links of ``crop: url`` targets (None: plain paths, which need the token);
+        ``frames``: the history keeps vehicle pictures (a ``frame_url`` beside the crop's)."""
         names = [t.name for t in targets]
         if not targets or set(names) != set(outbox.targets):
             raise ValueError(f"targets {names} do not match the outbox's {list(outbox.targets)}")
@@ -102,6 +107,8 @@ class WebhookSink:
         self.outbox_error_delay_s = outbox_error_delay_s
         self.supervisor = supervisor if supervisor is not None else Supervisor()
         self._rng = rng or random.Random()
+        self._links = links
+        self._frames = frames
         self._configs = tuple(targets)
         #: target name -> its worker (made by _start, with the HTTP session).
         self._workers: dict[str, TargetWorker] = {}
@@ -158,7 +165,7 @@ class WebhookSink:
         )
         for config in self._configs:
             worker = TargetWorker(
-                config,
+                WebhookPoster(config, self._links, frames=self._frames),
                 self.outbox,
                 self.metrics,
                 self._session,
@@ -301,19 +308,21 @@ async def replace_webhook_sink(
     running: Settings,
     metrics: Metrics,
     supervisor: Supervisor,
+    **options: Any,
 ) -> WebhookSink | None:
     """A config reload's webhook targets: ``old`` closed and a sink of ``settings`` opened in
     its place among the publisher's sinks (its workers parts of ``supervisor``), no event
     given to a sink meanwhile; what the old workers had not delivered stays in the outbox for
-    the new ones. A new sink that cannot open gives the ``running`` targets back."""
+    the new ones. A new sink that cannot open gives the ``running`` targets back
+    (``options``: see :class:`WebhookSink`)."""
 
     async def open_new() -> WebhookSink | None:
         for part in old.parts if old is not None else ():  # a removed target's worker
             await supervisor.remove(part)
         try:
-            return await create_webhook_sink(settings, metrics, supervisor=supervisor)
+            return await create_webhook_sink(settings, metrics, supervisor=supervisor, **options)
         except OutboxError:  # logged by the outbox
-            return await create_webhook_sink(running, metrics, supervisor=supervisor)
+            return await create_webhook_sink(running, metrics, supervisor=supervisor, **options)
 
     new = await publisher.replace_sink(old, open_new)
     return new if isinstance(new, WebhookSink) else None

@@ -59,6 +59,13 @@ def outbox_error(path: Path, exc: Exception) -> StartupError:
     )
 
 
+def link_key_error(path: Path, exc: Exception) -> StartupError:
+    return StartupError(
+        f"cannot read or make the picture link key {path} (web.link_key_path): {exc}; or set "
+        "web.link_secret"
+    )
+
+
 def store_error(path: Path, exc: Exception) -> StartupError:
     return StartupError(
         f"cannot open the event history {path}: {exc}. Fix it (permissions, disk space), move "

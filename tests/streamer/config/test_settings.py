@@ -81,8 +81,10 @@ def test_reference_config_loads_and_shows_the_defaults() -> None:
     defaults = CameraConfig(name=gate.name, url=gate.url)
     assert gate == defaults
     assert settings.triton == TritonConfig(url="triton-gpu:8001")
-    for section in ("tracker", "events", "web", "metrics", "log"):
+    for section in ("tracker", "events", "metrics", "log"):
         assert getattr(settings, section) == type(getattr(settings, section))(), section
+    # (a relative path resolves against the config file's folder)
+    assert settings.web == WebConfig(link_key_path=CONFIGS / "data" / "link.key")
 
 
 def test_reference_config_mentions_every_key() -> None:
@@ -153,7 +155,13 @@ def test_empty_sections_mean_defaults_and_level_is_case_insensitive(tmp_path: Pa
         events: {plate_formats: ['[A-Z]{2}\\d{2}[A-Z]{3}'], file: ""}
         """,
     )
-    assert settings.web == WebConfig()
+    assert settings.web == WebConfig(link_key_path=tmp_path / "data" / "link.key")
     assert settings.log.level == "DEBUG"
     assert settings.events.plate_formats == [r"[A-Z]{2}\d{2}[A-Z]{3}"]
     assert settings.events.file is None
+
+
+def test_the_link_key_lives_beside_the_config_even_without_a_web_section(tmp_path: Path) -> None:
+    settings = load_text(tmp_path, "cameras: [{name: a, url: rtsp://cam/x}]\n")
+    assert settings.web.link_key_path == tmp_path / "data" / "link.key"
+    assert settings.storage.path.parent == settings.web.link_key_path.parent

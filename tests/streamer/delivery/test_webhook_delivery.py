@@ -17,7 +17,8 @@ import pytest
 from prometheus_client import generate_latest
 from standardwebhooks import Webhook, WebhookVerificationError
 
-from streamer.delivery.webhook_delivery import USER_AGENT, crop_url
+from streamer.delivery.webhook_delivery import USER_AGENT, picture_urls
+from streamer.domain.picture_links import PictureLinks
 from streamer.ops.metrics import Metrics
 from tests.streamer.delivery.webhook_setup import (
     open_sink,
@@ -174,4 +175,14 @@ async def test_crop_as_base64_url_or_none(receiver: Receiver, tmp_path: Path) ->
         "crop_url": f"https://lpr.example.com/api/events/{event.event_id}/crop.jpg",
     }
     assert bare.payload == expected
-    assert crop_url("http://h:8080/lpr", "x") == "http://h:8080/lpr/api/events/x/crop.jpg"
+    assert picture_urls("http://h:8080/lpr", "x", None, frame=False) == {
+        "crop_url": "http://h:8080/lpr/api/events/x/crop.jpg"
+    }
+    links = PictureLinks(b"k" * 32, ttl_s=60)
+    signed = picture_urls("http://h:8080/lpr/", "x.v2", links, frame=True)
+    assert set(signed) == {"crop_url", "frame_url"}
+    for picture, url in (("crop", signed["crop_url"]), ("frame", signed["frame_url"])):
+        path, _, query = url.removeprefix("http://h:8080/lpr").partition("?")
+        assert path == f"/api/events/x.v2/{picture}.jpg"
+        fields = dict(part.split("=") for part in query.split("&"))
+        links.check(path, fields["expires"], fields["sig"])  # raises when not valid
