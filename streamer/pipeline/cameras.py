@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TextIO
 
 from streamer.config import CameraConfig, Settings
@@ -24,6 +24,7 @@ from streamer.ingest.motion import MotionGate
 from streamer.ingest.source import CameraSource
 from streamer.ops.metrics import Metrics
 from streamer.pipeline.camera import CameraPipeline, OnPasses, OnResult
+from streamer.pipeline.camera_health import RateMeter, describe
 from streamer.pipeline.supervisor import Supervisor
 from streamer.tracking.known_plates import KnownPlates
 from streamer.tracking.pass_params import PassParams
@@ -48,6 +49,8 @@ class Camera:
     source: CameraSource
     pipeline: CameraPipeline
     task: asyncio.Task[None] | None = None
+    #: Its answered and dropped frames per second, measured when its status is read.
+    rates: RateMeter = field(default_factory=RateMeter)
 
     @property
     def part(self) -> str:
@@ -207,17 +210,22 @@ class Cameras(Mapping[str, Camera]):
         for camera in list(self.values()):
             stats, pipeline = camera.source.stats, camera.pipeline
             last = pipeline.last_result
+            dropped = camera.queue.dropped + pipeline.stats.failed
+            rates = camera.rates.read(pipeline.stats.answered, dropped)
             statuses.append(
                 CameraStatus(
                     name=camera.config.name,
                     state=stats.state,
+                    health=describe(stats.state, rates, camera.config.sample_fps, stats.last_error),
                     url=camera.config.redacted_url,
                     decode_fps=round(stats.fps, 2),
                     sample_fps=camera.config.sample_fps,
+                    answered_fps=rates.answered_fps,
                     last_error=stats.last_error,
                     frames_decoded=stats.decoded,
                     frames_sent=pipeline.stats.sent,
-                    frames_dropped=camera.queue.dropped + pipeline.stats.failed,
+                    frames_answered=pipeline.stats.answered,
+                    frames_dropped=dropped,
                     width=last.frame.width if last else None,
                     height=last.frame.height if last else None,
                 )
