@@ -1,4 +1,5 @@
-"""The web view: a page, a REST API, WebRTC and MJPEG video of the annotated cameras."""
+"""The web view: the live view, the events page and the login page, a REST API described in
+OpenAPI, WebRTC and MJPEG video of the annotated cameras."""
 
 from streamer.web.errors import WebSecurityError
 from streamer.web.server import WebServer

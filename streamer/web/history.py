@@ -8,14 +8,21 @@
   history: the recent events, ``offset`` and ``limit``.
 * ``GET /api/events/{id}``: one pass, its latest version and every version (``versions``).
 * ``GET /api/events/{id}/crop.jpg`` and ``/frame.jpg``: the plate, the vehicle.
+* ``GET /api/events.csv``: the same search (every page of it, up to :data:`CSV_MAX_ROWS`)
+  as CSV, one row per pass, streamed.
 * ``DELETE /api/events?plate=``: erase every trace of a plate; ``DELETE /api/events/{id}``:
   one pass (streamer/store/erasure.py); what was taken out, as JSON, never the plate.
+
+Answers are shaped by the models of streamer/web/api_models.py (the OpenAPI document's).
 
 Events carry ``crop_url`` (and ``frame_url`` when the vehicle picture was kept).
 """
 
 from __future__ import annotations
 
+import csv
+import dataclasses
+import io
 import math
 import re
 from datetime import UTC, datetime
@@ -24,7 +31,9 @@ from typing import Any
 from aiohttp import web
 
 from streamer.delivery.events import PlateEvent
+from streamer.domain.picture_links import picture_path
 from streamer.store.base import DEFAULT_LIMIT, MAX_LIMIT, CursorError, EventQuery, StoredEvent
+from streamer.web.api_models import Erased, Event, EventDetail, EventPage, RecentPage, dump
 from streamer.web.auth import same_origin
 from streamer.web.errors import json_error
 from streamer.web.view_source import ViewSource
@@ -40,6 +49,12 @@ _UINT = re.compile(r"^[0-9]{1,9}$")
 _PLATE = re.compile(r"^[0-9A-Za-z -]{1,16}$")
 _NAME = re.compile(r"^[0-9A-Za-z_.:-]{1,64}$")
 _PICTURE_HEADERS = {"Cache-Control": "private, max-age=86400, immutable"}
+#: Rows of one CSV export, at most (the newest; narrow the search for older ones).
+CSV_MAX_ROWS = 100_000
+CSV_COLUMNS = (
+    "event_id", "version", "camera", "text", "confidence", "first_seen", "last_seen",
+    "reads", "evidence", "reason", "label", "known_plate", "alert", "previous_text",
+)  # fmt: skip
 
 
 class HistoryRoutes:
@@ -50,6 +65,7 @@ class HistoryRoutes:
 
     def add_to(self, router: web.UrlDispatcher) -> None:
         router.add_get("/api/events", self.events)
+        router.add_get("/api/events.csv", self.export)
         router.add_get("/api/events/{event_id}", self.event)
         router.add_get("/api/events/{event_id}/crop.jpg", self.crop)
         router.add_get("/api/events/{event_id}/frame.jpg", self.frame)
@@ -62,15 +78,14 @@ class HistoryRoutes:
         if not _PLATE.match(plate) or not any(ch.isalnum() for ch in plate):
             raise json_error(web.HTTPBadRequest, "plate: 1 to 16 letters, digits, spaces or dashes")
         erased = await self.view.erase(plate=plate, trigger="api")
-        return web.json_response({"erased": erased})
+        return web.json_response(dump(Erased, {"erased": erased}))
 
     async def erase_event(self, request: web.Request) -> web.Response:
         _refuse_other_origins(request)
-        event_id = _event_id(request).split(".v")[0]
-        erased = await self.view.erase(event_id=event_id, trigger="api")
+        erased = await self.view.erase(event_id=_pass_id(request), trigger="api")
         if not any(erased.values()):
             raise json_error(web.HTTPNotFound, "no such event")
-        return web.json_response({"erased": erased})
+        return web.json_response(dump(Erased, {"erased": erased}))
 
     async def events(self, request: web.Request) -> web.Response:
         store = self.view.history()
@@ -82,36 +97,73 @@ class HistoryRoutes:
         except CursorError as exc:
             raise json_error(web.HTTPBadRequest, str(exc)) from None
         return web.json_response(
-            {
-                "limit": query.limit,
-                "next_cursor": page.next_cursor,
-                "events": [stored_dict(e) for e in page.events],
+            dump(
+                EventPage,
+                {
+                    "limit": query.limit,
+                    "next_cursor": page.next_cursor,
+                    "events": [stored_dict(e) for e in page.events],
+                },
+            )
+        )
+
+    async def export(self, request: web.Request) -> web.StreamResponse:
+        """The search as CSV (see the module docstring), page by page from the history."""
+        store = self.view.history()
+        query = parse_query(request)
+        if store is None:
+            raise json_error(web.HTTPNotFound, "this service keeps no history to export")
+        query = dataclasses.replace(query, limit=MAX_LIMIT, cursor=None)
+        try:  # the first page before the answer starts: a bad search is still a 400
+            page = await store.search(query)
+        except CursorError as exc:
+            raise json_error(web.HTTPBadRequest, str(exc)) from None
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+        response = web.StreamResponse(
+            headers={
+                "Content-Type": "text/csv; charset=utf-8",
+                "Content-Disposition": f'attachment; filename="lpr-events-{stamp}.csv"',
             }
         )
+        await response.prepare(request)
+        await response.write(_csv_rows([CSV_COLUMNS]))
+        rows = 0
+        while True:
+            await response.write(_csv_rows(csv_row(e.payload) for e in page.events))
+            rows += len(page.events)
+            if page.next_cursor is None or rows >= CSV_MAX_ROWS:
+                break
+            page = await store.search(dataclasses.replace(query, cursor=page.next_cursor))
+        await response.write_eof()
+        return response
 
     def _recent(self, request: web.Request) -> web.Response:
         offset = int_param(request, "offset", 0, 0, 10**9)
         limit = int_param(request, "limit", RECENT_PAGE_DEFAULT, 1, RECENT_PAGE_MAX)
         events = self.view.recent_events()[::-1]  # newest first
         return web.json_response(
-            {
-                "total": len(events),
-                "offset": offset,
-                "limit": limit,
-                "events": [event_dict(e) for e in events[offset : offset + limit]],
-            }
+            dump(
+                RecentPage,
+                {
+                    "total": len(events),
+                    "offset": offset,
+                    "limit": limit,
+                    "events": [event_dict(e) for e in events[offset : offset + limit]],
+                },
+            )
         )
 
     async def event(self, request: web.Request) -> web.Response:
         event_id = _event_id(request)
         store = self.view.history()
-        stored = await store.get(event_id.split(".v")[0]) if store is not None else None
+        stored = await store.get(_pass_id(request)) if store is not None else None
         if stored is not None:
-            return web.json_response({**stored_dict(stored), "versions": stored.versions})
+            detail = {**stored_dict(stored), "versions": stored.versions}
+            return web.json_response(dump(EventDetail, detail))
         recent = self.view.event(event_id)
         if recent is None:
             raise json_error(web.HTTPNotFound, "no such event")
-        return web.json_response(event_dict(recent))
+        return web.json_response(dump(EventDetail, event_dict(recent)))
 
     async def crop(self, request: web.Request) -> web.Response:
         event_id = _event_id(request)
@@ -119,7 +171,7 @@ class HistoryRoutes:
         if recent is not None:  # a correction's own crop, or no history
             return _jpeg(recent.crop_jpeg)
         store = self.view.history()
-        jpeg = await store.crop(event_id.split(".v")[0]) if store is not None else None
+        jpeg = await store.crop(_pass_id(request)) if store is not None else None
         if jpeg is None:
             raise json_error(web.HTTPNotFound, "no such event")
         return _jpeg(jpeg)
@@ -127,7 +179,7 @@ class HistoryRoutes:
     async def frame(self, request: web.Request) -> web.Response:
         event_id = _event_id(request)
         store = self.view.history()
-        jpeg = await store.frame(event_id.split(".v")[0]) if store is not None else None
+        jpeg = await store.frame(_pass_id(request)) if store is not None else None
         if jpeg is None:
             recent = self.view.event(event_id)
             jpeg = recent.frame_jpeg if recent is not None else None
@@ -148,13 +200,18 @@ def _event_id(request: web.Request) -> str:
     return event_id
 
 
+def _pass_id(request: web.Request) -> str:
+    """The pass of the route's message id (a correction's ``.v<N>`` left out)."""
+    return _event_id(request).split(".v")[0]
+
+
 def _jpeg(body: bytes) -> web.Response:
     return web.Response(body=body, content_type="image/jpeg", headers=_PICTURE_HEADERS)
 
 
 def links(event_id: str, *, frame: bool) -> dict[str, str]:
-    base = f"/api/events/{event_id}"
-    return {"crop_url": f"{base}/crop.jpg", **({"frame_url": f"{base}/frame.jpg"} if frame else {})}
+    crop = {"crop_url": picture_path(event_id, "crop")}
+    return {**crop, "frame_url": picture_path(event_id, "frame")} if frame else crop
 
 
 def event_dict(event: PlateEvent) -> dict[str, Any]:
@@ -164,8 +221,39 @@ def event_dict(event: PlateEvent) -> dict[str, Any]:
     }
 
 
+def live_event(event: PlateEvent) -> Any:
+    """A new message as the live updates send it (an :class:`Event`)."""
+    return dump(Event, event_dict(event))
+
+
 def stored_dict(stored: StoredEvent) -> dict[str, Any]:
     return {**stored.payload, **links(stored.event_id, frame=stored.has_frame)}
+
+
+def csv_row(payload: dict[str, Any]) -> list[Any]:
+    match = payload.get("match") or {}
+    return [
+        payload.get("event_id"),
+        payload.get("version"),
+        payload.get("camera"),
+        payload.get("text"),
+        payload.get("confidence"),
+        (payload.get("first_seen") or {}).get("utc"),
+        (payload.get("last_seen") or {}).get("utc"),
+        payload.get("reads"),
+        payload.get("evidence"),
+        payload.get("reason"),
+        match.get("label", ""),
+        match.get("plate", ""),
+        "true" if payload.get("alert") else "false",
+        payload.get("previous_text") or "",
+    ]
+
+
+def _csv_rows(rows: Any) -> bytes:
+    out = io.StringIO()
+    csv.writer(out, lineterminator="\r\n").writerows(rows)
+    return out.getvalue().encode("utf-8")
 
 
 def parse_query(request: web.Request) -> EventQuery:

@@ -2,12 +2,19 @@
 
 Routes (every one behind the token when one is configured):
 
-* ``GET /``: the page (cameras, their status and live video, recent events);
-* ``GET /api/cameras``, ``GET /api/cameras/{name}``: status, fps, last error,
-  the plates of the latest recognised frame, the stream URLs;
+* ``GET /``, ``/events``, ``/login``: the live view, the events page, the login page
+  (:mod:`streamer.web.pages`); ``POST``/``DELETE /api/session``: log in and out
+  (:mod:`streamer.web.sessions`);
+* ``GET /api/openapi.json``: this API in OpenAPI 3.1 (:mod:`streamer.web.openapi`);
+  ``GET /api/info``: what the pages need to know (login, history, cameras, labels);
+* ``GET /api/cameras``, ``GET /api/cameras/{name}``: status, health in words, fps
+  configured and answered, last error, the plates of the latest recognised frame, the
+  stream URLs;
 * ``GET /api/events``: the history searched (plate, camera, time, label, alert, cursor
   pages), or the recent events without one; ``GET /api/events/{id}``, its ``crop.jpg`` and
-  ``frame.jpg`` (:mod:`streamer.web.history`);
+  ``frame.jpg``; ``GET /api/events.csv``; ``DELETE`` (:mod:`streamer.web.history`);
+  ``GET /api/events/live``: new events as server-sent events
+  (:mod:`streamer.web.live_events`);
 * ``GET /api/cameras/{name}/snapshot.jpg``: the latest frame, annotated;
 * ``GET /api/cameras/{name}/mjpeg``: annotated MJPEG (the fallback video,
   :mod:`streamer.web.mjpeg`);
@@ -22,12 +29,14 @@ only for cameras someone watches, at a pace set by the number of viewers (see
 :mod:`streamer.web.feed`). A peer connection is closed when it fails, closes,
 or does not connect within ``connect_timeout_s``; all of them on ``stop()``.
 
-Every refusal is an RFC 9457 problem, ``application/problem+json``
+Every JSON answer is dumped through a model of :mod:`streamer.web.api_models` (the OpenAPI
+document's); every refusal is an RFC 9457 problem, ``application/problem+json``
 (:mod:`streamer.web.errors`).
 
 Security (:mod:`streamer.web.auth`): by default the server listens on 127.0.0.1 only. On
 any other address it refuses to start without ``web.token``; with a token every route
-needs it (401 otherwise); without one, requests must name a local host. Camera names and
+needs it or a login session (401 otherwise); without one, requests must name a local host.
+A signed picture link opens its one picture without the token. Camera names and
 event ids are checked against strict patterns before any lookup (404 otherwise), so no URL
 reaches a file.
 """
@@ -36,9 +45,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import importlib.metadata
 import logging
 import re
-import secrets
 from collections.abc import Coroutine
 from typing import Any
 
@@ -46,13 +55,16 @@ from aiohttp import web
 from aiortc import RTCPeerConnection
 
 from streamer.config import CAMERA_NAME_PATTERN, WebConfig
+from streamer.domain.picture_links import PictureLinks
 from streamer.ops.listener import Listener
-from streamer.web import auth, mjpeg
+from streamer.web import auth, mjpeg, openapi, pages
+from streamer.web.api_models import Camera, Info, ReloadOutcome, SessionDescription, dump
 from streamer.web.errors import PROBLEM, json_error, problem_text, problems
 from streamer.web.feed import JPEG_QUALITY, CameraFeed, Pace
 from streamer.web.history import HistoryRoutes
+from streamer.web.live_events import LiveEvents
 from streamer.web.overlay import MAX_WIDTH, encode_jpeg, render
-from streamer.web.page import page
+from streamer.web.sessions import SessionRoutes, Sessions
 from streamer.web.view_source import CameraStatus, Snapshot, ViewSource
 from streamer.web.webrtc import CONNECT_TIMEOUT_S, MAX_SDP_CHARS, PeerConnections, read_offer
 
@@ -64,6 +76,13 @@ MAX_VIEWERS = 32
 SHUTDOWN_TIMEOUT_S = 5.0
 
 _CAMERA_NAME = re.compile(CAMERA_NAME_PATTERN)
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("lpr-streamer")
+    except importlib.metadata.PackageNotFoundError:
+        return "0+unknown"
 
 
 class WebServer:
@@ -79,6 +98,7 @@ class WebServer:
         max_width: int = MAX_WIDTH,
         max_viewers: int = MAX_VIEWERS,
         connect_timeout_s: float = CONNECT_TIMEOUT_S,
+        links: PictureLinks | None = None,
     ) -> None:
         self.view = view
         self.host = config.host
@@ -89,9 +109,13 @@ class WebServer:
         self.max_width = max_width
         self.max_viewers = max_viewers
         self._token = config.token.get_secret_value() if config.token is not None else None
+        #: Checks the signed picture links of webhook payloads (None: no link answers).
+        self.links = links
+        self.sessions = Sessions(config.session_ttl_s)
         self._feeds: dict[str, CameraFeed] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._closing = asyncio.Event()
+        self.live = LiveEvents(view, self._closing)
         self._peers = PeerConnections(
             self._spawn, self._drop_if_idle, self._closing, connect_timeout_s
         )
@@ -118,11 +142,14 @@ class WebServer:
     # -- life cycle -----------------------------------------------------------------------
 
     def app(self) -> web.Application:
-        app = web.Application(
-            middlewares=[problems, auth.guard(self._token)], client_max_size=2 * MAX_SDP_CHARS
-        )
+        guard = auth.guard(self._token, self.sessions.admits, self.links)
+        app = web.Application(middlewares=[problems, guard], client_max_size=2 * MAX_SDP_CHARS)
         app.on_response_prepare.append(auth.security_headers)
-        app.router.add_get("/", self._page)
+        pages.add_to(app.router)
+        SessionRoutes(self._token, self.sessions).add_to(app.router)
+        app.router.add_get("/api/openapi.json", self._openapi)
+        app.router.add_get("/api/info", self._info)
+        app.router.add_get("/api/events/live", self.live.stream)  # before /api/events/{id}
         app.router.add_get("/api/cameras", self._cameras)
         app.router.add_get("/api/cameras/{name}", self._camera)
         app.router.add_get("/api/cameras/{name}/snapshot.jpg", self._snapshot)
@@ -200,24 +227,24 @@ class WebServer:
             raise json_error(web.HTTPNotFound, "no such camera")
         return name
 
-    async def _page(self, request: web.Request) -> web.Response:
-        nonce = secrets.token_urlsafe(16)
-        csp = (
-            f"default-src 'none'; script-src 'nonce-{nonce}'; style-src 'nonce-{nonce}'; "
-            "img-src 'self'; media-src 'self' blob:; connect-src 'self'; "
-            "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
-        )
-        return web.Response(
-            text=page(nonce),
-            content_type="text/html",
-            headers={"Content-Security-Policy": csp},
-        )
+    async def _openapi(self, request: web.Request) -> web.Response:
+        return web.json_response(await asyncio.to_thread(openapi.document, _version()))
+
+    async def _info(self, request: web.Request) -> web.Response:
+        info = {
+            "version": _version(),
+            "login": self._token is not None,
+            "history": self.view.history() is not None,
+            "cameras": [status.name for status in self.view.camera_status()],
+            "labels": self.view.labels(),
+        }
+        return web.json_response(dump(Info, info))
 
     def _camera_dict(self, status: CameraStatus) -> dict[str, Any]:
         snapshot = self.view.snapshot(status.name)
         base = f"/api/cameras/{status.name}"
         plates = snapshot.plates if snapshot is not None else ()
-        return {
+        camera = {
             **dataclasses.asdict(status),
             "viewers": self.viewers(status.name),
             "plates": [
@@ -235,6 +262,7 @@ class WebServer:
             "mjpeg_url": f"{base}/mjpeg",
             "webrtc_url": f"{base}/webrtc",
         }
+        return dump(Camera, camera)
 
     async def _reload(self, request: web.Request) -> web.Response:
         if not auth.same_origin(request):
@@ -243,7 +271,7 @@ class WebServer:
         if result["outcome"] == "refused":  # a problem, with the outcome as its members
             text = problem_text(422, f"the new config is refused: {result['error']}", **result)
             return web.Response(status=422, text=text, content_type=PROBLEM)
-        return web.json_response(result)
+        return web.json_response(dump(ReloadOutcome, result))
 
     async def _cameras(self, request: web.Request) -> web.Response:
         return web.json_response([self._camera_dict(s) for s in self.view.camera_status()])
@@ -306,7 +334,7 @@ class WebServer:
         sdp = await read_offer(request)
         self._admit()
         local = await self._peers.answer(name, sdp, self._feed(name))
-        return web.json_response({"sdp": local.sdp, "type": local.type})
+        return web.json_response(dump(SessionDescription, {"sdp": local.sdp, "type": local.type}))
 
 
 def _annotated_jpeg(snapshot: Snapshot, max_width: int) -> bytes:

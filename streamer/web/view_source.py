@@ -3,6 +3,7 @@ may ask of it: a reload of the config file."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -18,12 +19,15 @@ if TYPE_CHECKING:
 class CameraStatus:
     name: str
     state: str  # starting | connected | reconnecting | ended | stopped
+    health: str  # the state and rates in words (streamer/pipeline/camera_health.py)
     url: str  # redacted: never the password
     decode_fps: float
-    sample_fps: float
+    sample_fps: float  # configured
+    answered_fps: float  # measured over the last seconds
     last_error: str | None  # redacted
     frames_decoded: int
     frames_sent: int
+    frames_answered: int
     frames_dropped: int
     width: int | None  # of the latest recognised frame
     height: int | None
@@ -50,6 +54,15 @@ class ViewSource(Protocol):
 
     def event(self, event_id: str) -> PlateEvent | None:
         """A message by its id (``PlateEvent.message_id``), or a pass's newest by event id."""
+        ...
+
+    def watch_events(self, watcher: Callable[[PlateEvent], None]) -> Callable[[], None]:
+        """Call ``watcher`` (on the loop; it must not block) with every new event message,
+        until the returned function is called."""
+        ...
+
+    def labels(self) -> list[str]:
+        """The known-plate lists (labels), global and per camera."""
         ...
 
     def history(self) -> EventStore | None:

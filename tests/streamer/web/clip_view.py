@@ -80,22 +80,41 @@ class ClipView:
         self.recording = recording
         self.rate = rate
         self._t0 = time.monotonic()
+        self.watchers: list[Callable[[PlateEvent], None]] = []
 
     def camera_status(self) -> list[CameraStatus]:
         return [
-            CameraStatus("yard", "connected", str(CLIP), 15.0, 5.0, None, 120, 40, 2, 1920, 1080),
             CameraStatus(
-                "gate-2",
-                "reconnecting",
-                "rtsp://***:***@gate.example/stream",
-                0.0,
-                5.0,
-                "connection refused",
-                0,
-                0,
-                0,
-                None,
-                None,
+                name="yard",
+                state="connected",
+                health="live: 4.0 of 5 frames/s answered",
+                url=str(CLIP),
+                decode_fps=15.0,
+                sample_fps=5.0,
+                answered_fps=4.0,
+                last_error=None,
+                frames_decoded=120,
+                frames_sent=40,
+                frames_answered=38,
+                frames_dropped=2,
+                width=1920,
+                height=1080,
+            ),
+            CameraStatus(
+                name="gate-2",
+                state="reconnecting",
+                health="reconnecting: connection refused",
+                url="rtsp://***:***@gate.example/stream",
+                decode_fps=0.0,
+                sample_fps=5.0,
+                answered_fps=0.0,
+                last_error="connection refused",
+                frames_decoded=0,
+                frames_sent=0,
+                frames_answered=0,
+                frames_dropped=0,
+                width=None,
+                height=None,
             ),
         ]
 
@@ -110,6 +129,18 @@ class ClipView:
 
     def event(self, event_id: str) -> PlateEvent | None:
         return next((e for e in self.recording.events if e.event_id == event_id), None)
+
+    def watch_events(self, watcher: Callable[[PlateEvent], None]) -> Callable[[], None]:
+        self.watchers.append(watcher)
+        return lambda: self.watchers.remove(watcher)
+
+    def publish(self, event: PlateEvent) -> None:
+        """A new event, as the service's publisher gives it to the live updates."""
+        for watcher in list(self.watchers):
+            watcher(event)
+
+    def labels(self) -> list[str]:
+        return ["staff"]
 
     def history(self) -> None:
         return None  # the recent events only (the history is tested in tests/streamer/store/)

@@ -42,18 +42,30 @@ async def test_off_loopback_a_token_is_required(
         bearer = {"Authorization": f"Bearer {TOKEN}"}
         for path in paths:
             url = web_url(web, path, host="127.0.0.2")
+            # A browser asking for a page is sent to the login page; the API answers 401.
+            refused = 303 if path == "/" else 401
             for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": TOKEN}):
-                async with http.get(url, headers=headers) as response:
-                    assert response.status == 401, (path, headers)
+                async with http.get(url, headers=headers, allow_redirects=False) as response:
+                    assert response.status == refused, (path, headers)
                     assert TOKEN not in await response.text()
-            async with http.get(url + "?token=wrong") as response:
-                assert response.status == 401, path
+            async with http.get(url + "?token=wrong", allow_redirects=False) as response:
+                assert response.status == refused, path
             async with http.get(url, headers=bearer) as response:
                 assert response.status == 200, path
                 assert TOKEN.encode() not in await response.read()
             async with http.get(url + f"?token={TOKEN}") as response:
                 assert response.status == 200, path
                 assert TOKEN.encode() not in await response.read()
+        # The login page and what it loads are open to all; they hold no data.
+        for path in ("/login", "/static/login.js", "/static/style.css", "/static/common.js"):
+            async with http.get(web_url(web, path, host="127.0.0.2")) as response:
+                assert response.status == 200, path
+        async with http.get(web_url(web, "/static/../server.py", host="127.0.0.2")) as response:
+            assert response.status in (401, 404)
+        # A picture link that is not signed by this server opens nothing.
+        crop = web_url(web, f"/api/events/{event_id}/crop.jpg", host="127.0.0.2")
+        async with http.get(crop + "?expires=99999999999&sig=forged") as response:
+            assert response.status == 403
         # The streams too.
         mjpeg = web_url(web, "/api/cameras/yard/mjpeg", host="127.0.0.2")
         async with http.get(mjpeg) as response:

@@ -1,0 +1,184 @@
+"""The shapes of the API's answers: every JSON answer is one of these models, dumped
+(:func:`dump`), and the OpenAPI document (streamer/web/openapi.py) is generated from them, so
+the two cannot drift apart.
+
+An event's fields are those of ``PlateEvent.to_dict`` (docs/events.md): the optional ones are
+left out when empty, as in the webhook payloads.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+def _none(value: Any) -> bool:
+    return value is None
+
+
+def _false(value: Any) -> bool:
+    return value is False
+
+
+class Model(BaseModel):
+    # Fields that an older row of the history may lack have defaults; unknown ones are left
+    # out of the answer rather than failing it.
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class Sighting(Model):
+    utc: str = Field(description="ISO 8601 UTC time of the frame.")
+    stream_time_s: float = Field(description="The frame's time in its stream, in seconds.")
+
+
+class Candidate(Model):
+    text: str
+    score: float = Field(ge=0, le=1)
+
+
+class KnownPlateMatch(Model):
+    label: str = Field(description="The known-plate list matched.")
+    plate: str = Field(description="The known plate.")
+    distance: int = Field(ge=0, description="Edits between the read text and the known plate.")
+
+
+class EventVersion(Model):
+    """One message of a pass: its first report (``plate``) or a correction
+    (``plate.updated``)."""
+
+    type: Literal["plate", "plate.updated"]
+    event_id: str
+    version: int = Field(ge=1)
+    camera: str
+    text: str
+    confidence: float = Field(ge=0, le=1)
+    char_confidence: list[float] = Field(default_factory=list)
+    candidates: list[Candidate] = Field(default_factory=list)
+    track_id: int
+    reads: int = Field(ge=0)
+    evidence: int = Field(ge=0)
+    first_seen: Sighting
+    last_seen: Sighting
+    box: list[float] = Field(min_length=4, max_length=4, description="x1, y1, x2, y2 in pixels.")
+    reason: str = Field(description="Why the pass was decided (confident, track_lost, ...).")
+    decided_after_s: float = 0.0
+    previous_text: str | None = Field(None, exclude_if=_none)
+    match: KnownPlateMatch | None = Field(None, exclude_if=_none)
+    voted_text: str | None = Field(None, exclude_if=_none)
+    alert: bool = Field(False, exclude_if=_false)
+
+
+class Event(EventVersion):
+    """A pass as the API shows it: its latest version and where its pictures are."""
+
+    crop_url: str = Field(description="The plate crop (JPEG).")
+    frame_url: str | None = Field(
+        None, exclude_if=_none, description="The vehicle around the plate (JPEG), when kept."
+    )
+
+
+class EventDetail(Event):
+    versions: list[EventVersion] = Field(
+        default_factory=list, description="Every version of the pass, oldest first."
+    )
+
+
+class EventPage(Model):
+    """A page of a search of the history, newest first."""
+
+    limit: int
+    next_cursor: str | None = Field(description="The cursor of the next page; null: the last.")
+    events: list[Event]
+
+
+class RecentPage(Model):
+    """The recent events kept in memory (the service keeps no history), newest first."""
+
+    total: int
+    offset: int
+    limit: int
+    events: list[Event]
+
+
+class Erased(Model):
+    erased: dict[str, int] = Field(description="What was taken out, per place.")
+
+
+class Plate(Model):
+    text: str
+    read: str
+    decided: bool
+    track_id: int | None
+    confirmed: bool
+    box: list[float] = Field(min_length=4, max_length=4)
+
+
+class Camera(Model):
+    name: str
+    state: Literal["starting", "connected", "reconnecting", "ended", "stopped"]
+    health: str = Field(description="The camera's state in words.")
+    url: str = Field(description="The camera's URL, without its password.")
+    decode_fps: float
+    sample_fps: float = Field(description="Frames per second configured to be sampled.")
+    answered_fps: float = Field(description="Frames per second inference answered lately.")
+    last_error: str | None
+    frames_decoded: int
+    frames_sent: int
+    frames_answered: int
+    frames_dropped: int
+    width: int | None
+    height: int | None
+    viewers: int
+    plates: list[Plate] = Field(description="The plates of the latest recognised frame.")
+    snapshot_url: str
+    mjpeg_url: str
+    webrtc_url: str
+
+
+class Info(Model):
+    version: str
+    login: bool = Field(description="A token is required (the page's login).")
+    history: bool = Field(description="The service keeps a searchable history.")
+    cameras: list[str]
+    labels: list[str] = Field(description="The known-plate lists.")
+
+
+class Login(Model):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    token: str = Field(min_length=1, max_length=4096)
+
+
+class SessionState(Model):
+    login: bool = Field(description="A token is required (log in).")
+    authenticated: bool = Field(description="This request carries an open login session.")
+
+
+class SessionDescription(Model):
+    sdp: str
+    type: Literal["offer", "answer"]
+
+
+class ReloadOutcome(Model):
+    model_config = ConfigDict(extra="allow", frozen=True)
+    outcome: Literal["applied", "unchanged", "refused"]
+    trigger: str
+
+
+class Problem(Model):
+    """An RFC 9457 problem: every refusal."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    type: str
+    title: str
+    status: int
+    detail: str
+
+
+def dump(model: type[Model], data: Any) -> Any:
+    """``data`` as ``model`` shapes it, ready for ``json_response``."""
+    return model.model_validate(data).model_dump(mode="json")
+
+
+def dump_list(model: type[Model], items: list[Any]) -> list[Any]:
+    return [dump(model, item) for item in items]

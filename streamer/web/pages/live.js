@@ -1,0 +1,206 @@
+// The live view: every camera's video (WebRTC, MJPEG where the browser has none), the
+// plates of its latest recognised frame, its health in words; the recent events.
+"use strict";
+
+(() => {
+  const { api, withToken, el, localTime, percent } = window.LPR;
+
+  const peers = {};      // camera -> RTCPeerConnection
+  window.lprPeers = peers;
+  const figures = {};    // camera -> {card, video, labels, health, facts, error, links, ...}
+
+  function report(error) {
+    document.getElementById("status").textContent = error ? String(error.message || error) : "";
+  }
+
+  function iceGatheringComplete(pc) {
+    if (pc.iceGatheringState === "complete") return Promise.resolve();
+    return new Promise((resolve) => {
+      const check = () => {
+        if (pc.iceGatheringState === "complete") {
+          pc.removeEventListener("icegatheringstatechange", check);
+          resolve();
+        }
+      };
+      pc.addEventListener("icegatheringstatechange", check);
+    });
+  }
+
+  function retry(camera) {
+    setTimeout(() => {
+      if (figures[camera] && !peers[camera]) connect(camera).catch(report);
+    }, 3000);
+  }
+
+  // One peer connection for the camera: the offer is posted to its webrtc_url once ICE
+  // gathering is complete; a failure or close is retried after 3 s.
+  async function connect(camera) {
+    const figure = figures[camera];
+    if (!figure) return;
+    const pc = new RTCPeerConnection();
+    peers[camera] = pc;
+    pc.addTransceiver("video", { direction: "recvonly" });
+    pc.addEventListener("track", (event) => {
+      figure.video.srcObject = event.streams[0] || new MediaStream([event.track]);
+    });
+    pc.addEventListener("connectionstatechange", () => {
+      if (["failed", "closed"].includes(pc.connectionState) && peers[camera] === pc) {
+        pc.close();
+        delete peers[camera];
+        retry(camera);
+      }
+    });
+    try {
+      await pc.setLocalDescription(await pc.createOffer());
+      await iceGatheringComplete(pc);
+      const answer = await api(figure.webrtcUrl, {
+        method: "POST",
+        headers: { "Content-Type": "application/json" },
+        body: JSON.stringify({ sdp: pc.localDescription.sdp, type: pc.localDescription.type }),
+      });
+      await pc.setRemoteDescription(answer);
+    } catch (error) {
+      pc.close();
+      if (peers[camera] === pc) delete peers[camera];
+      retry(camera);
+      throw error;
+    }
+  }
+
+  function streamLink(text) {
+    return el("a", { target: "_blank", rel: "noreferrer" }, text);
+  }
+
+  function ensureFigure(camera) {
+    if (figures[camera.name]) return figures[camera.name];
+    const name = camera.name;
+    const video = el("video", { id: "video-" + name, autoplay: true, muted: true,
+      playsInline: true });
+    video.setAttribute("playsinline", "");
+    const labels = el("span", { className: "labels", id: "labels-" + name });
+    const caption = el("figcaption", {}, el("span", { className: "name" }, name), labels);
+    const figure = el("figure", { className: "video" }, video, caption);
+    const health = el("p", { className: "health", id: "health-" + name });
+    const facts = el("dl", { className: "facts" });
+    const error = el("p", { className: "last-error" });
+    const snapshot = streamLink("snapshot");
+    const mjpeg = streamLink("MJPEG");
+    const links = el("p", { className: "stream-links" }, snapshot, " ", mjpeg);
+    const card = el("article", { className: "camera", id: "camera-" + name },
+      figure, health, facts, error, links);
+    document.getElementById("videos").append(card);
+    const entry = figures[name] = {
+      card, video, labels, health, facts, error, snapshot, mjpeg,
+      webrtcUrl: camera.webrtc_url || "/api/cameras/" + encodeURIComponent(name) + "/webrtc",
+    };
+    if (window.RTCPeerConnection) {
+      connect(name).catch(report);
+    } else {  // no WebRTC: the MJPEG stream instead
+      const img = el("img", { className: "mjpeg", alt: name,
+        src: withToken(camera.mjpeg_url || "/api/cameras/" + encodeURIComponent(name) + "/mjpeg") });
+      video.replaceWith(img);
+    }
+    return entry;
+  }
+
+  function dropFigure(name) {
+    const figure = figures[name];
+    delete figures[name];
+    const pc = peers[name];
+    delete peers[name];
+    if (pc) pc.close();
+    figure.card.remove();
+  }
+
+  function fps(value) {
+    return value == null ? "?" : Number(value).toFixed(1).replace(/\.0$/, "");
+  }
+
+  function fact(term, value) {
+    return [el("dt", {}, term), el("dd", {}, value == null ? "" : String(value))];
+  }
+
+  // The caption: the plates of the latest recognised frame, `TEXT #track (read)`, a `?`
+  // after a text not decided yet.
+  function captionOf(plates) {
+    return (plates || []).map((p) => {
+      const text = p.decided ? p.text : p.text + "?";
+      const read = p.read && p.read !== p.text ? " (" + p.read + ")" : "";
+      return (p.track_id == null ? text : text + " #" + p.track_id) + read;
+    }).join("  ");
+  }
+
+  async function refreshCameras() {
+    const cameras = await api("/api/cameras");
+    const seen = new Set();
+    for (const camera of cameras) {
+      seen.add(camera.name);
+      const figure = ensureFigure(camera);
+      if (camera.webrtc_url) figure.webrtcUrl = camera.webrtc_url;
+      figure.card.dataset.state = camera.state || "";
+      figure.health.textContent = camera.health || camera.state || "";
+      figure.facts.replaceChildren(
+        ...fact("state", camera.state),
+        ...fact("answered", fps(camera.answered_fps) + " of " + fps(camera.sample_fps) +
+          " frames/s configured"),
+        ...fact("dropped", camera.frames_dropped == null ? "" : camera.frames_dropped +
+          " frames"),
+        ...fact("decoded", fps(camera.decode_fps) + " frames/s" +
+          (camera.width ? ", " + camera.width + "x" + camera.height : "")),
+        ...fact("viewers", camera.viewers),
+      );
+      figure.error.textContent = camera.last_error ? "last error: " + camera.last_error : "";
+      const snapshotUrl = withToken(camera.snapshot_url);
+      const mjpegUrl = withToken(camera.mjpeg_url);
+      if (figure.snapshot.getAttribute("href") !== snapshotUrl) figure.snapshot.href = snapshotUrl;
+      if (figure.mjpeg.getAttribute("href") !== mjpegUrl) figure.mjpeg.href = mjpegUrl;
+      figure.labels.textContent = captionOf(camera.plates);
+    }
+    for (const name of Object.keys(figures)) {
+      if (!seen.has(name)) dropFigure(name);  // taken out of the config by a reload
+    }
+  }
+
+  let shownEvents = null;
+  async function refreshEvents() {
+    const page = await api("/api/events?limit=24");
+    const events = (page.events || []).slice(0, 24);
+    const key = events.map((event) => event.event_id + "." + event.version).join(",");
+    if (key === shownEvents) return;
+    shownEvents = key;
+    const list = document.getElementById("events");
+    list.replaceChildren(...events.map((event) => {
+      const img = el("img", { src: withToken(event.crop_url), alt: event.text, loading: "lazy" });
+      const plate = el("span", { className: "plate" }, event.text);
+      const lines = [
+        el("div", {}, plate, event.match ?
+          el("span", { className: "label" }, event.match.label) : null),
+        el("div", { className: "muted" }, event.camera + " · " + percent(event.confidence)),
+        el("div", { className: "muted" }, localTime(event.first_seen && event.first_seen.utc)),
+      ];
+      if (event.previous_text) {
+        lines.push(el("div", { className: "muted" }, "corrected from " + event.previous_text));
+      }
+      const link = el("a", {
+        href: withToken("/events?plate=" + encodeURIComponent(event.text)),
+        title: "search the events for " + event.text,
+      }, img, ...lines);
+      return el("li", { className: event.alert ? "alert" : "" }, link);
+    }));
+  }
+
+  async function tick() {
+    try {
+      await refreshCameras();
+      await refreshEvents();
+      report("");
+    } catch (error) {
+      if (error.status !== 401) report(error);
+    }
+  }
+
+  window.addEventListener("pagehide", () => { for (const pc of Object.values(peers)) pc.close(); });
+  window.LPR.info().then((info) => window.LPR.nav("/", info)).catch(() => window.LPR.nav("/"));
+  tick();
+  setInterval(tick, 1000);
+})();

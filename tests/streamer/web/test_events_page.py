@@ -1,0 +1,126 @@
+"""The events page in a real headless Chromium, on the running service: log in with the
+token, search (fuzzy), open an event and the picture of its vehicle, log out; at 1600 px and
+at 412 px, with the screenshots kept in test-output/test_events_page/."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import Select
+
+from converters.paths import PROJECT_ROOT
+from tests.streamer.web.running_service import TOKEN, RunningService
+
+ARTIFACTS = PROJECT_ROOT / "test-output" / "test_events_page"
+
+
+def _until(check: Callable[[], Any], timeout_s: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = check()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def _texts(driver: Any, selector: str) -> list[str]:
+    return [e.text for e in driver.find_elements(By.CSS_SELECTOR, selector)]
+
+
+def _overflows(driver: Any) -> bool:
+    return bool(
+        driver.execute_script(
+            "return document.documentElement.scrollWidth > window.innerWidth + 1;"
+        )
+    )
+
+
+def test_log_in_search_open_an_event_and_log_out(running: RunningService, chromium: Any) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    chromium.set_window_size(1600, 1000)
+    chromium.get(f"{running.base}/events")
+    _until(lambda: "/login" in chromium.current_url, 10, "the login page")
+    chromium.find_element(By.ID, "token").send_keys("not the token")
+    chromium.find_element(By.ID, "login").click()
+    _until(lambda: chromium.find_element(By.ID, "login-error").text, 10, "the refusal")
+    chromium.find_element(By.ID, "token").clear()
+    chromium.find_element(By.ID, "token").send_keys(TOKEN)
+    chromium.find_element(By.ID, "login").click()
+    _until(lambda: chromium.current_url.endswith("/events"), 10, "the events page")
+    assert TOKEN not in chromium.current_url
+    # The cookie the browser holds is out of the scripts' reach.
+    assert "lpr_session" not in chromium.execute_script("return document.cookie;")
+    plates = _until(lambda: _texts(chromium, "#results .event .plate"), 20, "the events")
+    assert {"O567AM76", "Y836XH76"} <= set(plates)
+    alert = chromium.find_element(By.CSS_SELECTOR, "#results .event.alert")
+    assert "O567AM76" in alert.text and "staff" in alert.text
+    health = _until(lambda: " ".join(_texts(chromium, "#health li")), 10, "camera health")
+    assert "yard" in health and "frames/s" in health
+    chromium.save_screenshot(str(ARTIFACTS / "events_1600.png"))
+
+    # A fuzzy search: one character short still finds the plate.
+    box = chromium.find_element(By.ID, "search")
+    box.send_keys("O567AM7")
+    Select(chromium.find_element(By.ID, "mode")).select_by_value("fuzzy")
+    chromium.find_element(By.ID, "search-button").click()
+    _until(
+        lambda: _texts(chromium, "#results .event .plate") == ["O567AM76"],
+        10,
+        "the fuzzy search's one result",
+    )
+    assert "fuzzy=true" in chromium.current_url and "plate=O567AM7" in chromium.current_url
+
+    # The event, and the picture of its vehicle.
+    chromium.find_element(By.CSS_SELECTOR, "#results .event").click()
+    detail = _until(
+        lambda: (
+            chromium.find_element(By.ID, "detail").get_attribute("open") is not None
+            and chromium.find_element(By.ID, "detail")
+        ),
+        10,
+        "the event's detail",
+    )
+    width = _until(
+        lambda: chromium.execute_script(
+            "const i = document.getElementById('detail-frame');"
+            "return i && i.complete ? i.naturalWidth : 0;"
+        ),
+        10,
+        "the vehicle's picture",
+    )
+    assert width > 100 and "O567AM76" in detail.text
+    chromium.save_screenshot(str(ARTIFACTS / "event_detail_1600.png"))
+    chromium.find_element(By.ID, "detail-close").click()
+    _until(
+        lambda: chromium.find_element(By.ID, "detail").get_attribute("open") is None,
+        5,
+        "the detail to close",
+    )
+
+    # A phone's width: everything fits, nothing scrolls sideways.
+    chromium.set_window_size(412, 900)
+    chromium.get(f"{running.base}/events")
+    _until(lambda: _texts(chromium, "#results .event .plate"), 20, "the events at 412 px")
+    assert not _overflows(chromium)
+    chromium.save_screenshot(str(ARTIFACTS / "events_412.png"))
+    chromium.get(f"{running.base}/")
+    _until(lambda: " ".join(_texts(chromium, "body")).count("yard"), 20, "the live view")
+    assert not _overflows(chromium)
+    chromium.save_screenshot(str(ARTIFACTS / "live_412.png"))
+
+    logout = chromium.find_element(By.ID, "logout")
+    assert logout.text == "Log out"
+    logout.click()
+    _until(lambda: "/login" in chromium.current_url, 10, "the login page after logout")
+    chromium.get(f"{running.base}/events")
+    _until(lambda: "/login" in chromium.current_url, 10, "no way back in without the token")
+    severe = [
+        entry
+        for entry in chromium.get_log("browser")
+        if entry["level"] == "SEVERE" and "401" not in entry["message"]
+    ]
+    assert severe == [], severe
