@@ -95,15 +95,17 @@ class WebhookTargetConfig(Section):
     )
     crop: Literal["base64", "url", "none"] = Field(
         "base64",
-        description="The plate crop in the payload: base64 (crop_jpeg_base64), url (crop_url "
-        "on public_base_url) or none.",
+        description="The plate crop in the payload: base64 (crop_jpeg_base64), url (crop_url, "
+        "and frame_url with the history: signed links on public_base_url that expire after "
+        "web.link_ttl_s) or none.",
     )
     public_base_url: str | None = Field(
         None,
         max_length=4096,
         validate_default=True,  # so that crop: url without it is an error
         description="Base URL under which this service is reachable by the receiver "
-        "(crop_url = <public_base_url>/api/events/<event_id>/crop.jpg); required when crop is url.",
+        "(crop_url = <public_base_url>/api/events/<event_id>/crop.jpg?expires=..&sig=..); "
+        "required when crop is url.",
     )
 
     @field_validator("name")
