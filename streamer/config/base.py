@@ -13,9 +13,16 @@ import re
 import typing
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    ValidationInfo,
+    field_validator,
+)
 
 from streamer.ops.redact import redact_text
 
@@ -67,6 +74,20 @@ def resolve_path(value: str | Path, info: ValidationInfo) -> str:
     if base is None or os.path.isabs(path):
         return path
     return os.path.normpath(os.path.join(os.fspath(base), path))
+
+
+def config_path(default: Path) -> Any:
+    """The type of a path key: empty (``${VAR:-}``) means ``default``, and a relative path is
+    joined to the config file's folder (give the field ``validate_default=True``, so that
+    the default is too)."""
+
+    def default_if_empty(value: Any) -> Any:
+        return default if empty_to_none(value) is None else value
+
+    def resolve(value: Path, info: ValidationInfo) -> Path:
+        return Path(resolve_path(value, info))
+
+    return Annotated[Path, BeforeValidator(default_if_empty), AfterValidator(resolve)]
 
 
 def check_regex(pattern: str) -> str:

@@ -17,8 +17,8 @@ from streamer.config.base import (
     CAMERA_NAME,
     CAMERA_NAME_PATTERN,
     Section,
+    config_path,
     empty_to_none,
-    resolve_path,
 )
 from streamer.ops.redact import redact_url, url_scheme
 
@@ -180,12 +180,13 @@ class WebhookTargetConfig(Section):
 
 #: The outbox file when the config names none (relative: to the config file's folder).
 DEFAULT_OUTBOX_PATH = Path("data/outbox.sqlite3")
+OutboxPath = config_path(DEFAULT_OUTBOX_PATH)
 
 
 class OutboxConfig(Section):
     """The durable webhook outbox (SQLite): every event is stored here before delivery."""
 
-    path: Path = Field(
+    path: OutboxPath = Field(
         DEFAULT_OUTBOX_PATH,
         validate_default=True,  # so that the default resolves against the config's folder
         description="SQLite file of the outbox (relative: to the config file's folder); "
@@ -201,13 +202,3 @@ class OutboxConfig(Section):
     prune_interval_s: float = Field(
         600.0, gt=0, le=86_400, description="Seconds between two prunings of delivered events."
     )
-
-    @field_validator("path", mode="before")
-    @classmethod
-    def _default_path(cls, value: Any) -> Any:
-        return DEFAULT_OUTBOX_PATH if empty_to_none(value) is None else value
-
-    @field_validator("path")
-    @classmethod
-    def _resolve(cls, value: Path, info: ValidationInfo) -> Path:
-        return Path(resolve_path(value, info))

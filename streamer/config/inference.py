@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Any
 
 from pydantic import Field, ValidationInfo, field_validator
 
-from streamer.config.base import Section, empty_to_none, quote, resolve_path
+from streamer.config.base import Section, config_path, empty_to_none, quote
 from streamer.ops.paths import DEFAULT_MODEL_REPOSITORY
+
+ModelRepositoryPath = config_path(DEFAULT_MODEL_REPOSITORY)
 
 _TRITON_URL = re.compile(r"^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+):(\d{1,5})$")
 
@@ -79,7 +80,7 @@ class TritonConfig(Section):
     embedded_startup_timeout_s: float = Field(
         300.0, gt=0, le=3600, description="Seconds the embedded Triton may take to load the models."
     )
-    model_repository: Path = Field(
+    model_repository: ModelRepositoryPath = Field(
         DEFAULT_MODEL_REPOSITORY,
         description="Model repository of the embedded Triton (relative: to the config file's "
         "folder); default: the project's model_repository/.",
@@ -102,13 +103,3 @@ class TritonConfig(Section):
         if minimum is not None and maximum < minimum:
             raise ValueError(f"must be >= min_in_flight ({minimum}), got {maximum}")
         return maximum
-
-    @field_validator("model_repository", mode="before")
-    @classmethod
-    def _default_repository(cls, value: Any) -> Any:
-        return DEFAULT_MODEL_REPOSITORY if empty_to_none(value) is None else value
-
-    @field_validator("model_repository")
-    @classmethod
-    def _resolve_repository(cls, value: Path, info: ValidationInfo) -> Path:
-        return Path(resolve_path(value, info))

@@ -6,15 +6,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 
-from streamer.config.base import Section, empty_to_none, resolve_path
+from streamer.config.base import Section, config_path, empty_to_none
 
 #: Hosts the web server may listen on without a token (this machine only).
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "::1", "localhost"})
 #: The key of signed picture links when ``web.link_secret`` is not set (relative: to the
 #: config file's folder).
 DEFAULT_LINK_KEY_PATH = Path("data/link.key")
+LinkKeyPath = config_path(DEFAULT_LINK_KEY_PATH)
 #: Characters of a ``web.link_secret``, at least.
 MIN_LINK_SECRET_CHARS = 32
 
@@ -57,7 +58,7 @@ class WebConfig(Section):
         "characters; replicas behind one address must share it); absent: a random key kept "
         "in link_key_path.",
     )
-    link_key_path: Path = Field(
+    link_key_path: LinkKeyPath = Field(
         DEFAULT_LINK_KEY_PATH,
         validate_default=True,  # so that the default resolves against the config's folder
         description="File of the random link key used when link_secret is absent (made on "
@@ -75,16 +76,6 @@ class WebConfig(Section):
         if value is not None and len(value.get_secret_value()) < MIN_LINK_SECRET_CHARS:
             raise ValueError(f"use at least {MIN_LINK_SECRET_CHARS} random characters")
         return value
-
-    @field_validator("link_key_path", mode="before")
-    @classmethod
-    def _default_key_path(cls, value: Any) -> Any:
-        return DEFAULT_LINK_KEY_PATH if empty_to_none(value) is None else value
-
-    @field_validator("link_key_path")
-    @classmethod
-    def _resolve(cls, value: Path, info: ValidationInfo) -> Path:
-        return Path(resolve_path(value, info))
 
     @model_validator(mode="after")
     def _token_off_loopback(self) -> WebConfig:

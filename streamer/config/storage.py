@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
-from pydantic import Field, ValidationInfo, field_validator
+from pydantic import Field
 
-from streamer.config.base import CAMERA_NAME_PATTERN, Section, empty_to_none, resolve_path
+from streamer.config.base import (
+    CAMERA_NAME_PATTERN,
+    Section,
+    config_path,
+)
 
 DEFAULT_STORE_PATH = Path("data/events.sqlite3")
+StorePath = config_path(DEFAULT_STORE_PATH)
 
 
 class LabelRetention(Section):
@@ -24,7 +28,7 @@ class StorageConfig(Section):
     crop and a picture of the vehicle, kept across restarts (docs/config.md#storage)."""
 
     enabled: bool = Field(True, description="Keep the event history (search, pictures).")
-    path: Path = Field(
+    path: StorePath = Field(
         DEFAULT_STORE_PATH,
         validate_default=True,  # so that the default resolves against the config's folder
         description="SQLite file of the history (relative: to the config file's folder); "
@@ -59,13 +63,3 @@ class StorageConfig(Section):
         description="Width in pixels the vehicle picture (the frame around the plate) is "
         "scaled down to, at most.",
     )
-
-    @field_validator("path", mode="before")
-    @classmethod
-    def _default_path(cls, value: Any) -> Any:
-        return DEFAULT_STORE_PATH if empty_to_none(value) is None else value
-
-    @field_validator("path")
-    @classmethod
-    def _resolve(cls, value: Path, info: ValidationInfo) -> Path:
-        return Path(resolve_path(value, info))
