@@ -42,12 +42,14 @@ from streamer.web.view_source import ViewSource
 RECENT_PAGE_DEFAULT = 50
 RECENT_PAGE_MAX = 200
 #: An event's message id: its UUID, with ``.v<version>`` for a correction.
-EVENT_ID = re.compile(
-    r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}(\.v[0-9]{1,6})?$"
-)
+EVENT_ID_PATTERN = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}(\.v[0-9]{1,6})?$"
+#: A plate searched or erased; a camera or label searched (the OpenAPI document's too).
+PLATE_PATTERN = r"^[0-9A-Za-z -]{1,16}$"
+NAME_PATTERN = r"^[0-9A-Za-z_.:-]{1,64}$"
+EVENT_ID = re.compile(EVENT_ID_PATTERN)
 _UINT = re.compile(r"^[0-9]{1,9}$")
-_PLATE = re.compile(r"^[0-9A-Za-z -]{1,16}$")
-_NAME = re.compile(r"^[0-9A-Za-z_.:-]{1,64}$")
+_PLATE = re.compile(PLATE_PATTERN)
+_NAME = re.compile(NAME_PATTERN)
 _PICTURE_HEADERS = {"Cache-Control": "private, max-age=86400, immutable"}
 #: Rows of one CSV export, at most (the newest; narrow the search for older ones).
 CSV_MAX_ROWS = 100_000

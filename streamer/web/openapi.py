@@ -31,12 +31,8 @@ from streamer.config import CAMERA_NAME_PATTERN
 from streamer.store.base import MAX_LIMIT
 from streamer.web import api_models as m
 from streamer.web.errors import PROBLEM
+from streamer.web.history import EVENT_ID_PATTERN, NAME_PATTERN, PLATE_PATTERN
 
-#: Patterns of the path and query parameters, as the handlers check them.
-EVENT_ID_PATTERN = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}(\.v[0-9]{1,6})?$"
-PLATE_PATTERN = r"^[0-9A-Za-z -]{1,16}$"
-NAME_PATTERN = r"^[0-9A-Za-z_.:-]{1,64}$"
-RECENT_PAGE_MAX = 200
 _SECURITY = [{"bearer": []}, {"session": []}, {"query_token": []}]
 
 
