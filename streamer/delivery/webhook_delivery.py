@@ -22,7 +22,6 @@ nothing. See docs/events.md.
 from __future__ import annotations
 
 import base64
-import importlib.metadata
 import json
 import math
 from dataclasses import dataclass
@@ -32,10 +31,11 @@ from typing import Literal
 import aiohttp
 from standardwebhooks import Webhook
 
+from streamer import __version__
 from streamer.config import WebhookTargetConfig
 from streamer.delivery.outbox_sql import PendingDelivery
 from streamer.delivery.retry import retry_after_seconds
-from streamer.domain.picture_links import Picture, PictureLinks, picture_path
+from streamer.domain.picture_links import PictureLinks, picture_urls
 from streamer.ops.redact import redact_text
 
 #: Characters of an error answer's body kept as the reason.
@@ -43,30 +43,7 @@ ERROR_BODY_CHARS = 200
 _ERROR_BODY_BYTES = 4096
 
 
-def _version() -> str:
-    try:
-        return importlib.metadata.version("lpr-streamer")
-    except importlib.metadata.PackageNotFoundError:
-        return "0+unknown"
-
-
-USER_AGENT = f"lpr-streamer/{_version()}"
-
-
-def picture_urls(
-    public_base_url: str, event_id: str, links: PictureLinks | None, *, frame: bool
-) -> dict[str, str]:
-    """``crop_url`` (and ``frame_url`` when the history keeps the vehicle's picture) of an
-    event, signed when ``links`` is given (streamer/domain/picture_links.py)."""
-    pictures: tuple[Picture, ...] = ("crop", "frame") if frame else ("crop",)
-    return {
-        f"{picture}_url": (
-            links.signed(public_base_url, event_id, picture)
-            if links is not None
-            else public_base_url.rstrip("/") + picture_path(event_id, picture)
-        )
-        for picture in pictures
-    }
+USER_AGENT = f"lpr-streamer/{__version__}"
 
 
 def is_retryable(status: int) -> bool:

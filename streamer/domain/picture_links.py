@@ -41,6 +41,22 @@ def picture_path(event_id: str, picture: Picture) -> str:
     return f"/api/events/{quote(event_id, safe='')}/{picture}.jpg"
 
 
+def picture_urls(
+    base_url: str, event_id: str, links: PictureLinks | None, *, frame: bool
+) -> dict[str, str]:
+    """``crop_url`` (and ``frame_url`` when the vehicle's picture is kept) of an event under
+    ``base_url`` ("": this server's paths), signed when ``links`` is given."""
+    pictures: tuple[Picture, ...] = ("crop", "frame") if frame else ("crop",)
+    return {
+        f"{picture}_url": (
+            links.signed(base_url, event_id, picture)
+            if links is not None
+            else base_url.rstrip("/") + picture_path(event_id, picture)
+        )
+        for picture in pictures
+    }
+
+
 class LinkRefusedError(Exception):
     """A signed link that does not open its picture (the reason is safe to show)."""
 

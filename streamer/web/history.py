@@ -31,7 +31,7 @@ from typing import Any
 from aiohttp import web
 
 from streamer.delivery.events import PlateEvent
-from streamer.domain.picture_links import picture_path
+from streamer.domain.picture_links import picture_urls
 from streamer.store.base import DEFAULT_LIMIT, MAX_LIMIT, CursorError, EventQuery, StoredEvent
 from streamer.web.api_models import Erased, Event, EventDetail, EventPage, RecentPage, dump
 from streamer.web.auth import same_origin
@@ -211,15 +211,10 @@ def _jpeg(body: bytes) -> web.Response:
     return web.Response(body=body, content_type="image/jpeg", headers=_PICTURE_HEADERS)
 
 
-def links(event_id: str, *, frame: bool) -> dict[str, str]:
-    crop = {"crop_url": picture_path(event_id, "crop")}
-    return {**crop, "frame_url": picture_path(event_id, "frame")} if frame else crop
-
-
 def event_dict(event: PlateEvent) -> dict[str, Any]:
     return {
         **event.to_dict(include_crop=False),
-        **links(event.message_id, frame=event.frame_jpeg is not None),
+        **picture_urls("", event.message_id, None, frame=event.frame_jpeg is not None),
     }
 
 
@@ -229,7 +224,7 @@ def live_event(event: PlateEvent) -> Any:
 
 
 def stored_dict(stored: StoredEvent) -> dict[str, Any]:
-    return {**stored.payload, **links(stored.event_id, frame=stored.has_frame)}
+    return {**stored.payload, **picture_urls("", stored.event_id, None, frame=stored.has_frame)}
 
 
 def csv_row(payload: dict[str, Any]) -> list[Any]:

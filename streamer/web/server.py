@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import importlib.metadata
 import logging
 import re
 from collections.abc import Coroutine
@@ -54,6 +53,7 @@ from typing import Any
 from aiohttp import web
 from aiortc import RTCPeerConnection
 
+from streamer import __version__
 from streamer.config import CAMERA_NAME_PATTERN, WebConfig
 from streamer.domain.picture_links import PictureLinks
 from streamer.ops.listener import Listener
@@ -76,13 +76,6 @@ MAX_VIEWERS = 32
 SHUTDOWN_TIMEOUT_S = 5.0
 
 _CAMERA_NAME = re.compile(CAMERA_NAME_PATTERN)
-
-
-def _version() -> str:
-    try:
-        return importlib.metadata.version("lpr-streamer")
-    except importlib.metadata.PackageNotFoundError:
-        return "0+unknown"
 
 
 class WebServer:
@@ -228,11 +221,11 @@ class WebServer:
         return name
 
     async def _openapi(self, request: web.Request) -> web.Response:
-        return web.json_response(await asyncio.to_thread(openapi.document, _version()))
+        return web.json_response(await asyncio.to_thread(openapi.document, __version__))
 
     async def _info(self, request: web.Request) -> web.Response:
         info = {
-            "version": _version(),
+            "version": __version__,
             "login": self._token is not None,
             "history": self.view.history() is not None,
             "cameras": [status.name for status in self.view.camera_status()],

@@ -17,8 +17,8 @@ import pytest
 from prometheus_client import generate_latest
 from standardwebhooks import Webhook, WebhookVerificationError
 
-from streamer.delivery.webhook_delivery import USER_AGENT, picture_urls
-from streamer.domain.picture_links import PictureLinks
+from streamer.delivery.webhook_delivery import USER_AGENT
+from streamer.domain.picture_links import PictureLinks, picture_urls
 from streamer.ops.metrics import Metrics
 from tests.streamer.delivery.webhook_setup import (
     open_sink,
