@@ -59,7 +59,7 @@ $(STAMPS)/triton-env: Makefile
 # Chromium and its driver (tests drive the live view in a real browser).
 APT_PACKAGES := libpython3.11 gstreamer1.0-rtsp gir1.2-gst-rtsp-server-1.0 python3-gi \
 	gstreamer1.0-plugins-good gstreamer1.0-plugins-bad gstreamer1.0-libav ffmpeg \
-	chromium chromium-driver
+	chromium chromium-driver mosquitto mosquitto-clients
 $(STAMPS)/system:
 	@mkdir -p $(STAMPS)
 	@if ! dpkg -s $(APT_PACKAGES) >/dev/null 2>&1; then \

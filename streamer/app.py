@@ -7,7 +7,7 @@ reverse: cameras stop decoding, their pipelines finish the frames in flight (wit
 Triton. One frame's way: ingest/source.py (decode, sample, motion gate) ->
 ingest/frame_queue.py -> pipeline/camera.py -> inference/client.py (Triton) ->
 tracking/passes.py (tracker, evidence, vote) -> delivery/publisher.py -> delivery/events.py,
-delivery/webhooks.py (outbox).
+delivery/outbox_sink.py (outbox) -> delivery/webhook_delivery.py, delivery/mqtt_delivery.py.
 
 Every long-lived part runs supervised (streamer/pipeline/supervisor.py): a part that
 crashes is logged with its traceback and restarted with backoff; an embedded Triton that
@@ -33,8 +33,8 @@ from prometheus_client.core import Metric
 from streamer.config import Settings
 from streamer.delivery.events import EventSink, JsonLinesSink, PlateEvent
 from streamer.delivery.outbox import OutboxError
+from streamer.delivery.outbox_sink import OutboxSink, create_outbox_sink, replace_outbox_sink
 from streamer.delivery.publisher import EventPublisher
-from streamer.delivery.webhooks import WebhookSink, create_webhook_sink, replace_webhook_sink
 from streamer.domain.picture_links import PictureLinks, open_links
 from streamer.inference.client import PlateRecognizer
 from streamer.inference.scheduler import scheduler_for
@@ -100,7 +100,7 @@ class Service:
         self.watchdog: TritonWatchdog | None = None
         self.supervisor = Supervisor()
         self.recognizer: PlateRecognizer | None = None
-        self.webhooks: WebhookSink | None = None
+        self.deliveries: OutboxSink | None = None  # webhooks and MQTT, from the outbox
         self.store: SQLiteEventStore | None = None  # the event history (storage:)
         self.extra_sinks = tuple(extra_sinks)
         self.metrics = Metrics()
@@ -119,7 +119,7 @@ class Service:
         )
         self.ops: OpsServer | None = None
         self.web: WebServer | None = None
-        #: Signs and checks the picture links of webhook payloads (made at start).
+        #: Signs and checks the picture links of webhook and MQTT payloads (made at start).
         self.links: PictureLinks | None = None
         self._stop = asyncio.Event()
         self.reloader = Reloader(self, config_path, self.metrics)
@@ -217,13 +217,13 @@ class Service:
         if events.file is not None:
             sinks.append(JsonLinesSink(events.file))
         try:
-            self.webhooks = await create_webhook_sink(
-                self.settings, self.metrics, supervisor=self.supervisor, **self._webhook_options()
+            self.deliveries = await create_outbox_sink(
+                self.settings, self.metrics, supervisor=self.supervisor, **self._delivery_options()
             )
         except OutboxError as exc:
             raise outbox_error(self.settings.outbox.path, exc) from None
-        if self.webhooks is not None:
-            sinks.append(self.webhooks)
+        if self.deliveries is not None:
+            sinks.append(self.deliveries)
         storage = self.settings.storage
         if storage.enabled:
             try:
@@ -285,21 +285,24 @@ class Service:
         self.publisher.jpeg_quality = change.settings.events.crop_jpeg_quality
         if change.rules_changed:
             self.cameras.reconfigure(change.settings)
-        if change.webhooks_changed:
-            self.webhooks = await replace_webhook_sink(
+        cameras = [c.name for c in change.settings.enabled_cameras]
+        if self.deliveries is not None:  # before a replacement: the running sink knows the old
+            await self.deliveries.cameras_changed(cameras)
+        if change.delivery_changed:
+            self.deliveries = await replace_outbox_sink(
                 self.publisher,
-                self.webhooks,
+                self.deliveries,
                 change.settings,
                 self.settings,
                 self.metrics,
                 self.supervisor,
-                **self._webhook_options(),
+                **self._delivery_options(),
             )
         for config in change.changed + change.added:
             self.cameras.start(config, change.settings)
 
-    def _webhook_options(self) -> dict[str, Any]:
-        """What the webhook sink needs of the service: picture links to sign, and whether the
+    def _delivery_options(self) -> dict[str, Any]:
+        """What the outbox sink needs of the service: picture links to sign, and whether the
         history keeps the vehicles' pictures."""
         return {"links": self.links, "frames": self.settings.storage.enabled}
 
@@ -340,7 +343,7 @@ class Service:
         self, *, plate: str | None = None, event_id: str | None = None, trigger: str
     ) -> dict[str, int]:
         """Every trace of ``plate`` (or the pass ``event_id``) out (streamer/store/erasure.py)."""
-        outbox = self.webhooks.outbox if self.webhooks is not None else None
+        outbox = self.deliveries.outbox if self.deliveries is not None else None
         erased = await erasure.erase(
             plate=plate,
             event_id=event_id,
@@ -348,6 +351,7 @@ class Service:
             outbox=outbox,
             recent=self.recent,
             trigger=trigger,
+            retained=self.deliveries,
         )
         return erased.to_dict()
 

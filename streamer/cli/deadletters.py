@@ -8,7 +8,7 @@
 ``list`` prints one line per dead letter (event, target, camera, plate, when, attempts,
 reason). ``redrive`` puts dead letters back to pending, due now: a running service
 picks them up within a few seconds (it looks at the outbox every
-``streamer.delivery.webhooks.POLL_INTERVAL_S``), a stopped one at its next start. It works on
+``streamer.delivery.outbox_sink.POLL_INTERVAL_S``), a stopped one at its next start. It works on
 the outbox file of the config (``outbox.path``) and may run next to the service
 (SQLite WAL: the service keeps delivering meanwhile).
 
@@ -37,7 +37,7 @@ REASON_WIDTH = 80
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Add ``deadletters`` to an ``add_subparsers()`` object (of ``python -m streamer``)."""
     parser: argparse.ArgumentParser = subparsers.add_parser(
-        "deadletters", help="list or re-drive webhook events given up on (dead letters)"
+        "deadletters", help="list or re-drive events given up on (dead letters)"
     )
     actions = parser.add_subparsers(dest="action", required=True)
     listing = actions.add_parser("list", help="print the dead letters")
@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    configured = [t.name for t in settings.webhooks]
+    configured = settings.configured_targets
     if args.target is not None and args.target not in configured:
         shown = ", ".join(configured) or "none"
         print(

@@ -5,9 +5,10 @@
     python -m streamer erase --config FILE (--plate TEXT | --event-id ID)
 
 It works on the config's history (``storage.path``) and outbox (``outbox.path``), and may
-run next to the service (SQLite WAL); a running service also keeps recent events in memory:
-erase through ``DELETE /api/events?plate=`` there. It prints what it took out as JSON, never
-the plate; the audit line goes to the log (streamer/store/erasure.py).
+run next to the service (SQLite WAL); a running service also keeps recent events in memory,
+and the MQTT broker a camera's last event: erase through ``DELETE /api/events?plate=`` there.
+It prints what it took out as JSON, never the plate; the audit line goes to the log
+(streamer/store/erasure.py).
 
 Exit codes: 0 done (also when nothing held the plate); 1 a file failed; 2 a bad config or
 bad arguments.
@@ -68,7 +69,7 @@ async def _erase(args: argparse.Namespace, settings: Settings) -> erasure.Erased
         if settings.storage.path.is_file():
             store = await SQLiteEventStore.open(settings.storage.path)
         if settings.outbox.path.is_file():
-            targets = [t.name for t in settings.webhooks]
+            targets = settings.configured_targets
             outbox = await Outbox.open(settings.outbox.path, targets, create=False)
         return await erasure.erase(
             plate=args.plate,

@@ -17,13 +17,13 @@ Rules the schema keeps (see ``docs/config.md``):
   ``outbox.path``) resolve against the folder of the config file, lexically;
 * secrets stay out of logs: a camera's ``repr``/``str`` shows
   :attr:`CameraConfig.redacted_url` (webhook URLs likewise), ``web.token`` and
-  ``webhooks[].secret`` are ``SecretStr``, and no
+  ``webhooks[].secret`` and ``mqtt.password`` are ``SecretStr``, and no
   :class:`ConfigError` message quotes a URL's user, password or secret query
   parameter.
 
 The modules: ``base`` (the strict base of every section, shared field helpers),
 one per group of sections (``cameras``, ``inference``, ``decisions``,
-``delivery``, ``service``), ``settings`` (the root), ``loader`` (bounded YAML
+``delivery``, ``mqtt``, ``storage``, ``service``), ``settings`` (the root), ``loader`` (bounded YAML
 without duplicate keys), ``interpolate`` (``${VAR}``) and ``errors`` (the
 messages). Other packages import from here.
 """
@@ -35,19 +35,24 @@ from streamer.config.delivery import OutboxConfig, WebhookTargetConfig
 from streamer.config.errors import ConfigError
 from streamer.config.inference import TritonConfig
 from streamer.config.loader import load_config, parse_yaml
+from streamer.config.mqtt import MQTT_TARGET, DiscoveryConfig, MqttConfig, MqttTlsConfig
 from streamer.config.service import LogConfig, MetricsConfig, ReloadConfig, WebConfig
 from streamer.config.settings import Settings
 from streamer.config.storage import StorageConfig
 
 __all__ = [
     "CAMERA_NAME_PATTERN",
+    "MQTT_TARGET",
     "CameraConfig",
     "ConfigError",
+    "DiscoveryConfig",
     "EventsConfig",
     "KnownPlatesConfig",
     "LogConfig",
     "MetricsConfig",
     "MotionConfig",
+    "MqttConfig",
+    "MqttTlsConfig",
     "OutboxConfig",
     "ReloadConfig",
     "Settings",

@@ -31,7 +31,7 @@ WEBHOOK_SECRET_HINT = (
 _BASE64 = re.compile(r"^[A-Za-z0-9+/]+={0,2}$")
 
 
-def _check_http_url(url: str, what: str) -> str:
+def check_http_url(url: str, what: str) -> str:
     """An http(s):// URL with a host; credentials in it are never echoed."""
     if url != url.strip() or not url:
         raise ValueError(f"the {what} must not be empty or start or end with spaces")
@@ -121,7 +121,7 @@ class WebhookTargetConfig(Section):
     @field_validator("url")
     @classmethod
     def _check_url(cls, url: str) -> str:
-        return _check_http_url(url, "webhook URL")
+        return check_http_url(url, "webhook URL")
 
     @field_validator("secret")
     @classmethod
@@ -158,7 +158,7 @@ class WebhookTargetConfig(Section):
                     "(e.g. https://lpr.example.com)"
                 )
             return None
-        return _check_http_url(url, "public_base_url").rstrip("/")
+        return check_http_url(url, "public_base_url").rstrip("/")
 
     @field_validator("retry_max_delay_s")
     @classmethod

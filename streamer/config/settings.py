@@ -11,6 +11,7 @@ from streamer.config.cameras import CameraConfig
 from streamer.config.decisions import EventsConfig, KnownPlatesLists, TrackerConfig
 from streamer.config.delivery import OutboxConfig, WebhookTargetConfig
 from streamer.config.inference import TritonConfig
+from streamer.config.mqtt import MQTT_TARGET, MqttConfig
 from streamer.config.service import LogConfig, MetricsConfig, ReloadConfig, WebConfig
 from streamer.config.storage import StorageConfig
 from streamer.tracking.known_plates import KnownList, KnownPlates
@@ -47,6 +48,11 @@ class Settings(Section):
         max_length=32,
         description="Webhook targets every event is delivered to (see docs/events.md); "
         "none: no webhooks.",
+    )
+    mqtt: MqttConfig | None = Field(
+        None,
+        description="The MQTT broker events are also published to, with Home Assistant "
+        "discovery (see docs/events.md#mqtt); absent: no MQTT.",
     )
     outbox: OutboxConfig = Field(
         # A mapping, validated like a written section, so that the default path
@@ -86,6 +92,33 @@ class Settings(Section):
                 )
             first[target.name] = index
         return targets
+
+    @field_validator("mqtt")
+    @classmethod
+    def _mqtt_target_free(cls, mqtt: MqttConfig | None, info: ValidationInfo) -> MqttConfig | None:
+        names = [t.name for t in info.data.get("webhooks") or ()]
+        if mqtt is not None and MQTT_TARGET in names:
+            raise ValueError(
+                f"webhooks[{names.index(MQTT_TARGET)}] is named {MQTT_TARGET!r}, the outbox's "
+                "name for the MQTT broker: rename that webhook target"
+            )
+        return mqtt
+
+    @property
+    def delivery_targets(self) -> list[str]:
+        """The outbox's targets: every enabled webhook target, then ``mqtt`` if enabled."""
+        names = [t.name for t in self.webhooks if t.enabled]
+        if self.mqtt is not None and self.mqtt.enabled:
+            names.append(MQTT_TARGET)
+        return names
+
+    @property
+    def configured_targets(self) -> list[str]:
+        """Every target the config names, enabled or not (the dead-letter CLI's choices)."""
+        names = [t.name for t in self.webhooks]
+        if self.mqtt is not None:
+            names.append(MQTT_TARGET)
+        return names
 
     @field_validator("metrics")
     @classmethod

@@ -1,1 +1,1 @@
-"""Delivery: events built from decided passes, the durable outbox, sinks and webhooks."""
+"""Delivery: events built from decided passes, the durable outbox, its sinks, webhooks and MQTT."""

@@ -1,4 +1,5 @@
-"""The durable webhook outbox: every event is committed to SQLite before any delivery.
+"""The durable outbox: every event is committed to SQLite before any delivery (webhook
+targets, the MQTT broker).
 
 One SQLite file in WAL mode holds two tables:
 
@@ -264,6 +265,13 @@ class Outbox:
             sql.mark_retry, event_id=event_id, target=target, next_at=next_at, error=error
         )
         await self._call(mark, "mark_retry", write=True)
+
+    async def due_now(self, target: str) -> int:
+        """The pending deliveries of ``target`` due now, whatever their backoff (a target
+        that is reachable again); returns how many were waiting."""
+        return await self._call(
+            functools.partial(sql.due_now, target=target), "due_now", write=True
+        )
 
     async def mark_dead(self, event_id: str, target: str, reason: str) -> None:
         """Give up on ``event_id`` for ``target`` (a dead letter, see :meth:`redrive`)."""

@@ -140,6 +140,17 @@ def mark_retry(
     )
 
 
+def due_now(conn: sqlite3.Connection, target: str) -> int:
+    """Every pending delivery of ``target`` waiting out a backoff due now; how many."""
+    now = time.time()
+    cursor = conn.execute(
+        "UPDATE deliveries SET next_attempt_at=? WHERE target=? AND state='pending' "
+        "AND next_attempt_at > ?",
+        (now, target, now),
+    )
+    return cursor.rowcount
+
+
 def mark_dead(conn: sqlite3.Connection, event_id: str, target: str, reason: str) -> None:
     conn.execute(
         "UPDATE deliveries SET state='dead', attempts=attempts+1, last_attempt_at=?, "

@@ -23,8 +23,9 @@ import json
 import logging
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from streamer.delivery.events import EventSink, PlateEvent, build_event
 from streamer.ops.metrics import Metrics
@@ -86,10 +87,16 @@ class EventLog:
 def texts_of(event: PlateEvent) -> set[str]:
     """Every plate text an event holds: its own, its candidates', the voted and the replaced
     texts, the known plate it matched."""
-    texts = {event.text, *(text for text, _ in event.candidates)}
-    texts.update(t for t in (event.previous_text, event.voted_text) if t is not None)
-    if event.match is not None:
-        texts.add(str(event.match.get("plate")))
+    return payload_texts(event.to_dict(include_crop=False))
+
+
+def payload_texts(payload: Mapping[str, Any]) -> set[str]:
+    """:func:`texts_of` an event's payload (as sinks got it)."""
+    texts = {str(payload.get("text")), *(str(c.get("text")) for c in payload.get("candidates", ()))}
+    texts.update(str(payload[key]) for key in ("previous_text", "voted_text") if key in payload)
+    match = payload.get("match")
+    if isinstance(match, Mapping) and match.get("plate") is not None:
+        texts.add(str(match["plate"]))
     return texts
 
 

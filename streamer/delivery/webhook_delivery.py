@@ -24,19 +24,22 @@ from __future__ import annotations
 import base64
 import json
 import math
-from dataclasses import dataclass
+import random
+from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Literal
 
 import aiohttp
 from standardwebhooks import Webhook
 
 from streamer import __version__
 from streamer.config import WebhookTargetConfig
+from streamer.delivery.deliverer import Outcome, OutcomeKind
 from streamer.delivery.outbox_sql import PendingDelivery
-from streamer.delivery.retry import retry_after_seconds
+from streamer.delivery.retry import retry_after_seconds, retry_delay
 from streamer.domain.picture_links import PictureLinks, picture_urls
+from streamer.ops.metrics import Metrics
 from streamer.ops.redact import redact_text
+from streamer.pipeline.supervisor import Supervisor
 
 #: Characters of an error answer's body kept as the reason.
 ERROR_BODY_CHARS = 200
@@ -51,33 +54,68 @@ def is_retryable(status: int) -> bool:
     return status in (408, 429) or status >= 500
 
 
-@dataclass(frozen=True)
-class Outcome:
-    """What one POST came to."""
-
-    kind: Literal["delivered", "retry", "dead"]
-    error: str | None = None
-    #: The answer's Retry-After, in seconds, when it had one.
-    retry_after_s: float | None = None
-
-
 class WebhookPoster:
-    """One target's signed POSTs (see the module docstring)."""
+    """One target's signed POSTs (see the module docstring): the target's
+    :class:`~streamer.delivery.deliverer.Deliverer`."""
+
+    ready = True  # a receiver that is down is found out per POST, and retried
+    problem = None
+    parts: tuple[str, ...] = ()
 
     def __init__(
         self,
         config: WebhookTargetConfig,
+        metrics: Metrics | None = None,
         links: PictureLinks | None = None,
         *,
         frames: bool = False,
     ) -> None:
         self.config = config
+        self.name = config.name
+        self.part = f"webhook:{config.name}"
+        self.max_concurrency = config.max_concurrency
+        self.with_crop = config.crop == "base64"
+        self.metrics = metrics if metrics is not None else Metrics()
         self.links = links
         self.frames = frames
         self._signer = Webhook(config.secret.get_secret_value())
+        self._session: aiohttp.ClientSession | None = None
 
     def __repr__(self) -> str:
         return f"WebhookPoster({self.config.name!r})"
+
+    def describe(self) -> str:
+        return f"webhook {self.name}"
+
+    async def start(self, supervisor: Supervisor, wake: Callable[[], None]) -> None:
+        """Open the HTTP session of this target (its own connection pool)."""
+        del supervisor, wake  # nothing long-lived: each POST stands alone
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=self.max_concurrency),
+                headers={"user-agent": USER_AGENT},
+            )
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def deliver(self, item: PendingDelivery) -> Outcome:
+        if self._session is None:
+            raise RuntimeError(f"{self!r} is not started")
+        return await self.post(self._session, item)
+
+    def retry_delay(self, attempts: int, outcome: Outcome, rng: random.Random) -> float:
+        return retry_delay(self.config, attempts, outcome.retry_after_s, rng)
+
+    def count(self, kind: OutcomeKind) -> None:
+        metrics, name = self.metrics, self.name
+        metrics.webhook_deliveries.labels(name, "dead_letter" if kind == "dead" else kind).inc()
+        if kind == "retry":
+            metrics.webhook_retries.labels(name).inc()
+        elif kind == "dead":
+            metrics.webhook_dead_letters.labels(name).inc()
 
     def body(self, item: PendingDelivery) -> str:
         """The JSON body for this target: the stored payload plus the crop as configured."""

@@ -61,7 +61,7 @@ def readiness(
     failing = dict(publisher.failing)
     for sink in sinks:
         if not getattr(sink, "healthy", True):
-            failing.setdefault(sink.name, "failing")
+            failing.setdefault(sink.name, getattr(sink, "problem", None) or "failing")
     by_camera = {
         c.config.name: {
             "state": c.source.stats.state,

@@ -88,6 +88,23 @@ class Metrics:
             ["target"],
             registry=r,
         )
+        self.mqtt_deliveries = Counter(
+            "lpr_mqtt_deliveries",
+            "MQTT delivery attempts of events by outcome (delivered: the broker acknowledged "
+            "them; retry).",
+            ["outcome"],
+            registry=r,
+        )
+        self.mqtt_connected = Gauge(
+            "lpr_mqtt_connected", "1 while connected to the MQTT broker, else 0.", registry=r
+        )
+        self.mqtt_connection_failures = Counter(
+            "lpr_mqtt_connection_failures",
+            "Connections to the MQTT broker that failed or were lost, by reason (unreachable, "
+            "refused, lost).",
+            ["reason"],
+            registry=r,
+        )
         self.outbox_depth = Gauge(
             "lpr_outbox_depth", "Events not yet delivered, per target.", ["target"], registry=r
         )

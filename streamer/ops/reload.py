@@ -7,9 +7,10 @@
   dropped frame, no reconnect);
 - the decision rules (``tracker``, ``events`` but its sinks, ``known_plates``) apply to every
   running camera at once, open tracks keeping their evidence;
-- ``webhooks``: the webhook sink is closed and opened again with the new targets, the
-  events publisher paused meanwhile (no event is lost: what the old workers had not
-  delivered stays in the outbox for the new ones);
+- ``webhooks``, ``mqtt``: the outbox sink is closed and opened again with the new targets,
+  the events publisher paused meanwhile (no event is lost: what the old workers had not
+  delivered stays in the outbox for the new ones); MQTT's Home Assistant discovery follows
+  the cameras added and removed;
 - keys that need a restart (``triton``, ``web``, ``metrics``, ``log``, ``outbox``, ``storage``,
   ``events.stdout``, ``events.file``) are reported and keep their running values.
 
@@ -37,6 +38,8 @@ LOG = logging.getLogger(__name__)
 RESTART_SECTIONS = ("triton", "web", "metrics", "log", "outbox", "storage")
 #: Keys of ``events`` that pick the sinks (made at start): they need a restart too.
 RESTART_EVENT_KEYS = ("stdout", "file")
+#: Sections of the delivery targets: a change reopens the outbox sink.
+DELIVERY_SECTIONS = ("webhooks", "mqtt")
 #: Sections that set the decision rules of every camera, applied to running cameras.
 RULE_SECTIONS = ("tracker", "events", "known_plates")
 
@@ -50,13 +53,13 @@ class Plan:
     removed: list[str] = field(default_factory=list)
     changed: list[CameraConfig] = field(default_factory=list)
     rules_changed: bool = False
-    webhooks_changed: bool = False
+    delivery_changed: bool = False
     needs_restart: list[str] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
         changes = (self.added, self.removed, self.changed, self.rules_changed)
-        return not (any(changes) or self.webhooks_changed)
+        return not (any(changes) or self.delivery_changed)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -64,7 +67,7 @@ class Plan:
             "removed": list(self.removed),
             "restarted": [c.name for c in self.changed],
             "rules_changed": self.rules_changed,
-            "webhooks_changed": self.webhooks_changed,
+            "delivery_changed": self.delivery_changed,
             "needs_restart": list(self.needs_restart),
         }
 
@@ -80,8 +83,8 @@ class Plan:
         text = f"cameras {' '.join(parts)}" if parts else "cameras unchanged"
         if self.rules_changed:
             text += "; decision rules updated"
-        if self.webhooks_changed:
-            text += "; webhook targets updated"
+        if self.delivery_changed:
+            text += "; delivery targets updated"
         if self.needs_restart:
             text += f"; needs a restart, left as it runs: {', '.join(self.needs_restart)}"
         return text
@@ -112,7 +115,9 @@ def plan(running: Settings, new: Settings) -> Plan:
         for name, c in new_cameras.items()
         if name in old_cameras and _dump(old_cameras[name]) != _dump(c)
     ]
-    result.webhooks_changed = _dump(running.webhooks) != _dump(effective.webhooks)
+    result.delivery_changed = any(
+        _dump(getattr(running, s)) != _dump(getattr(effective, s)) for s in DELIVERY_SECTIONS
+    )
     result.rules_changed = any(
         _dump(getattr(running, s)) != _dump(getattr(effective, s)) for s in RULE_SECTIONS
     )

@@ -16,8 +16,9 @@ cross-field rule needs (:data:`COMPANIONS`), through :func:`~streamer.config.loa
 then through what ``Service._start`` builds, without Triton or the network: scheduler and
 inference client (never connected), ``Cameras.build`` (queue, motion gate, source, pipeline,
 pass detector; a stand-in answers for Triton under the real permits) on the clip and on an
-RTSP URL that refuses, events, the webhook sink and its outbox, retry delays, the web server
-(not started) and the config watcher. A log record with a traceback fails the case.
+RTSP URL that refuses, events, the outbox sink (a webhook and an MQTT broker that refuse), retry
+delays, the web server (not started) and the config watcher. A log record with a traceback
+fails the case.
 """
 
 from __future__ import annotations
@@ -47,11 +48,12 @@ import yaml
 from pydantic import BaseModel
 
 from streamer.app import Service
-from streamer.config import ConfigError, Settings, load_config
+from streamer.config import MQTT_TARGET, ConfigError, Settings, load_config
+from streamer.delivery.deliverer import Outcome
 from streamer.delivery.events import PlateEvent, build_event
 from streamer.delivery.outbox import Outbox
+from streamer.delivery.outbox_sink import create_outbox_sink
 from streamer.delivery.retry import retry_delay
-from streamer.delivery.webhooks import create_webhook_sink
 from streamer.domain.frames import Frame, PlateReading
 from streamer.inference.client import InferenceError, PlateRecognizer
 from streamer.inference.embedded.server import EmbeddedTriton
@@ -96,6 +98,8 @@ COMPANIONS: dict[tuple[str, str], dict[str, Any]] = {
     ("cameras[].reconnect_max_delay_s", "lower"): {"cameras[].reconnect_initial_delay_s": 0.001},
     ("webhooks[].retry_initial_delay_s", "upper"): {"webhooks[].retry_max_delay_s": 86_400},
     ("webhooks[].retry_max_delay_s", "lower"): {"webhooks[].retry_initial_delay_s": 0.001},
+    ("mqtt.retry_initial_delay_s", "upper"): {"mqtt.retry_max_delay_s": 3600},  # max >= initial
+    ("mqtt.retry_max_delay_s", "lower"): {"mqtt.retry_initial_delay_s": 0.05},
     ("triton.min_in_flight", "upper"): {"triton.max_in_flight": 1024},  # min <= max
     ("triton.max_in_flight", "lower"): {"triton.min_in_flight": 1},
 }
@@ -228,6 +232,7 @@ def _write(tmp_path: Path, clip: Path, values: dict[str, Any]) -> Path:
     config: dict[str, Any] = {
         "cameras": [{**ITEMS["cameras[]"], "url": str(clip)}],
         "webhooks": [dict(ITEMS["webhooks[]"])],
+        "mqtt": {"host": "127.0.0.1", "port": 1},  # a port that refuses
     }
     for path, value in values.items():
         _set(config, path, value)
@@ -406,13 +411,21 @@ async def _deliver(settings: Settings, event: PlateEvent) -> None:
         assert math.isfinite(delay) and 0 <= delay <= target.retry_max_delay_s
         assert retry_delay(target, attempts, 1e9, rng) == target.retry_after_max_s
     metrics = Metrics()
-    sink = await create_webhook_sink(settings, metrics, poll_interval_s=0.2, close_timeout_s=1.0)
+    sink = await create_outbox_sink(settings, metrics, poll_interval_s=0.2, close_timeout_s=1.0)
     assert sink is not None
     try:
         await sink.publish(event)
         retries = {"name": "lpr_webhook_retries_total", "labels": {"target": target.name}}
         await _until(lambda: bool(metrics.registry.get_sample_value(**retries)), 5, "a retry")
         assert await sink.outbox.state(event.message_id, target.name) == "pending"
+        # The broker refuses: said why, retried with a bounded backoff, the event kept.
+        await _until(lambda: sink.problem is not None, 5, "the broker's refusal")
+        mqtt, broker = settings.mqtt, sink.deliverer(MQTT_TARGET)
+        assert mqtt is not None and broker is not None
+        for attempts in range(1, 31):
+            delay = broker.retry_delay(attempts, Outcome("retry"), rng)
+            assert math.isfinite(delay) and 0 <= delay <= mqtt.retry_max_delay_s
+        assert await sink.outbox.state(event.message_id, MQTT_TARGET) == "pending"
     finally:
         await sink.close()
     outbox = await Outbox.open(outbox_config.path, [target.name])

@@ -9,10 +9,13 @@ from pydantic import BaseModel
 from streamer.config import (
     CameraConfig,
     ConfigError,
+    DiscoveryConfig,
     EventsConfig,
     LogConfig,
     MetricsConfig,
     MotionConfig,
+    MqttConfig,
+    MqttTlsConfig,
     ReloadConfig,
     Settings,
     StorageConfig,
@@ -37,6 +40,9 @@ MODELS: list[type[BaseModel]] = [
     LogConfig,
     ReloadConfig,
     StorageConfig,
+    MqttConfig,
+    MqttTlsConfig,
+    DiscoveryConfig,
 ]
 SECRET = "s3cr3t-pw"
 CAMERA = "  - name: gate\n    url: rtsp://cam/stream\n"

@@ -8,7 +8,7 @@ from typing import Any
 
 from streamer.config import CameraConfig, OutboxConfig, Settings, WebhookTargetConfig
 from streamer.delivery.events import PlateEvent
-from streamer.delivery.webhooks import WebhookSink, create_webhook_sink
+from streamer.delivery.outbox_sink import OutboxSink, create_outbox_sink
 from streamer.ops.metrics import Metrics
 
 FAST = {"poll_interval_s": 0.2, "close_timeout_s": 1.0, "outbox_error_delay_s": 0.2}
@@ -34,10 +34,8 @@ def sample(metrics: Metrics, name: str, **labels: str) -> float:
     return 0.0 if value is None else value
 
 
-async def open_sink(
-    config: Settings, metrics: Metrics | None = None, **options: Any
-) -> WebhookSink:
-    sink = await create_webhook_sink(config, metrics or Metrics(), **{**FAST, **options})
+async def open_sink(config: Settings, metrics: Metrics | None = None, **options: Any) -> OutboxSink:
+    sink = await create_outbox_sink(config, metrics or Metrics(), **{**FAST, **options})
     assert sink is not None
     return sink
 

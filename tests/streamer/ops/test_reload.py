@@ -47,7 +47,7 @@ def test_cameras_added_removed_changed_and_left_alone(tmp_path: Path) -> None:
         "removed": ["b"],
         "restarted": ["d"],
         "rules_changed": False,
-        "webhooks_changed": False,
+        "delivery_changed": False,
         "needs_restart": [],
     }
 
@@ -144,7 +144,7 @@ def test_webhook_targets_are_replaced_live(tmp_path: Path) -> None:
     )
     running = _settings(tmp_path, BASE)
     change = plan(running, _settings(tmp_path, BASE + hook, "new.yaml"))
-    assert change.webhooks_changed and not change.needs_restart and not change.empty
-    assert change.summary() == "cameras unchanged; webhook targets updated"
+    assert change.delivery_changed and not change.needs_restart and not change.empty
+    assert change.summary() == "cameras unchanged; delivery targets updated"
     assert [t.name for t in change.settings.webhooks] == ["crm"]
     assert "whsec_" not in repr(change.to_dict())

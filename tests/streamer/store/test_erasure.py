@@ -62,7 +62,13 @@ async def test_a_plate_is_erased_everywhere_and_the_audit_line_does_not_name_it(
             erased = await erasure.erase(
                 plate="h123 xx77", store=store, outbox=outbox, recent=recent, trigger="test"
             )
-        assert erased.to_dict() == {"history": 3, "outbox": 2, "outbox_pending": 1, "recent": 3}
+        assert erased.to_dict() == {
+            "history": 3,
+            "outbox": 2,
+            "outbox_pending": 1,
+            "recent": 3,
+            "mqtt_retained": 0,
+        }
         (audit,) = caplog.records
         assert "erasure of a plate (test): 3 pass(es)" in audit.getMessage()
         assert PLATE not in audit.getMessage() and "H123" not in audit.getMessage()
@@ -81,7 +87,13 @@ async def test_a_plate_is_erased_everywhere_and_the_audit_line_does_not_name_it(
         again = await erasure.erase(
             plate=PLATE, store=store, outbox=outbox, recent=recent, trigger="test"
         )
-        assert again.to_dict() == {"history": 0, "outbox": 1, "outbox_pending": 0, "recent": 0}
+        assert again.to_dict() == {
+            "history": 0,
+            "outbox": 1,
+            "outbox_pending": 0,
+            "recent": 0,
+            "mqtt_retained": 0,
+        }
         assert not _holds(outbox_path, PLATE)
     finally:
         await store.close()

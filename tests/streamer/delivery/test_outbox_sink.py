@@ -27,12 +27,12 @@ import pytest
 
 from streamer.delivery.events import PlateEvent, build_event
 from streamer.delivery.outbox import Outbox, OutboxError
-from streamer.delivery.publisher import EventPublisher
-from streamer.delivery.webhooks import (
+from streamer.delivery.outbox_sink import (
     HOUSEKEEPING_PART,
-    create_webhook_sink,
-    replace_webhook_sink,
+    create_outbox_sink,
+    replace_outbox_sink,
 )
+from streamer.delivery.publisher import EventPublisher
 from streamer.domain.frames import Frame, FrameResult, PlateReading
 from streamer.ops.metrics import Metrics
 from streamer.pipeline.supervisor import Supervisor
@@ -103,7 +103,7 @@ KILL_CHILD = textwrap.dedent(
     from tests.webhook_receiver import make_event
     from streamer.config import CameraConfig, OutboxConfig, Settings, WebhookTargetConfig
     from streamer.ops.metrics import Metrics
-    from streamer.delivery.webhooks import create_webhook_sink
+    from streamer.delivery.outbox_sink import create_outbox_sink
 
     async def main():
         url, db, secret, count = sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
@@ -113,7 +113,7 @@ KILL_CHILD = textwrap.dedent(
                                           retry_initial_delay_s=0.2, retry_max_delay_s=0.5)],
             outbox=OutboxConfig(path=db),
         )
-        sink = await create_webhook_sink(settings, Metrics(), poll_interval_s=0.2)
+        sink = await create_outbox_sink(settings, Metrics(), poll_interval_s=0.2)
         for i in range(count):
             event = make_event(("gate", "yard", "exit")[i % 3])
             await sink.publish(event)
@@ -265,9 +265,9 @@ async def test_close_waits_briefly_for_posts_in_flight_and_keeps_them_pending(
 
 async def test_no_sink_without_enabled_targets(tmp_path: Path) -> None:
     secret = new_secret()
-    assert await create_webhook_sink(settings(tmp_path), Metrics()) is None
+    assert await create_outbox_sink(settings(tmp_path), Metrics()) is None
     disabled = target("off", "http://127.0.0.1:9/x", secret, enabled=False)
-    assert await create_webhook_sink(settings(tmp_path, disabled), Metrics()) is None
+    assert await create_outbox_sink(settings(tmp_path, disabled), Metrics()) is None
     assert not (tmp_path / "outbox.sqlite3").exists()
 
 
@@ -327,15 +327,15 @@ async def test_a_reload_replaces_the_targets_and_their_parts(
     crm = target("crm", f"{receiver.url}/crm", receiver.secret)
     erp = target("erp", f"{receiver.url}/erp", receiver.secret)
     supervisor, metrics = Supervisor(), Metrics()
-    first = await create_webhook_sink(settings(tmp_path, crm), metrics, supervisor=supervisor)
+    first = await create_outbox_sink(settings(tmp_path, crm), metrics, supervisor=supervisor)
     assert first is not None
     publisher = EventPublisher([first], metrics, jpeg_quality=80)
-    both = await replace_webhook_sink(
+    both = await replace_outbox_sink(
         publisher, first, settings(tmp_path, crm, erp), settings(tmp_path, crm), metrics, supervisor
     )
     assert both is not None and publisher.sinks == [both] and both.targets == ("crm", "erp")
     assert {"webhook:crm", "webhook:erp"} <= set(supervisor.parts)
-    only = await replace_webhook_sink(
+    only = await replace_outbox_sink(
         publisher, both, settings(tmp_path, erp), settings(tmp_path, crm, erp), metrics, supervisor
     )
     assert only is not None and only.targets == ("erp",)
@@ -344,7 +344,7 @@ async def test_a_reload_replaces_the_targets_and_their_parts(
     event = make_event()
     await only.publish(event)
     await eventually(lambda: receiver.delivered_ids("/hook/erp") == [event.event_id], 10, "erp")
-    none = await replace_webhook_sink(
+    none = await replace_outbox_sink(
         publisher, only, settings(tmp_path), settings(tmp_path, erp), metrics, supervisor
     )
     assert none is None and publisher.sinks == [] and not supervisor.parts

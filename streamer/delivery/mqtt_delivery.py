@@ -1,0 +1,275 @@
+"""Events to the MQTT broker: the ``mqtt`` target of the outbox, and what the broker holds.
+
+:class:`MqttDeliverer` is the :class:`~streamer.delivery.deliverer.Deliverer` of the outbox
+target ``mqtt``. For each event (and each correction, ``type: plate.updated``) it publishes,
+at QoS 1 and in per-camera order:
+
+* ``<topic_prefix>/<camera>/plate``: the event as JSON, the same payload a webhook gets (the
+  stored event, without the crop), plus signed ``crop_url`` / ``frame_url`` links when
+  ``mqtt.public_base_url`` is set (streamer/domain/picture_links.py);
+* ``<topic_prefix>/<camera>/last``, retained: the same JSON, so that a subscriber that comes
+  later (Home Assistant's "last plate" sensor) sees the latest plate at once. A correction
+  replaces it only when it corrects the pass ``last`` holds;
+* ``<topic_prefix>/<camera>/alert`` for an event of a known-plate list marked ``alert``
+  (with ``mqtt.alerts``).
+
+The event is delivered when the broker acknowledged all of them; a failure (no connection, or
+lost, or no acknowledgement within ``timeout_s``) leaves it pending in the outbox, sent again
+later with the same ``event_id`` (at-least-once: a subscriber deduplicates by
+``event_id`` and ``version``). While disconnected nothing is sent; once connected again the
+backlog goes at once, oldest first per camera.
+
+On each connect it publishes ``<topic_prefix>/status`` = ``online`` (retained; the will says
+``offline``) and, with discovery, the retained Home Assistant configs of the running cameras
+(streamer/delivery/home_assistant.py). It subscribes to this service's config topics: a
+retained config of a camera that is not running (removed while the service was stopped) is
+cleared, and so are those of a camera removed by a reload (:meth:`MqttDeliverer.set_cameras`).
+It subscribes to the retained ``last`` messages too: an erasure of a plate
+(:meth:`MqttDeliverer.forget`) clears the ``last`` that holds it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import random
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import aiomqtt
+
+from streamer.config import MQTT_TARGET, MqttConfig
+from streamer.delivery import home_assistant as ha
+from streamer.delivery.deliverer import Outcome, OutcomeKind
+from streamer.delivery.mqtt_connection import MqttConnection, MqttUnavailableError
+from streamer.delivery.outbox_sql import PendingDelivery
+from streamer.delivery.publisher import payload_texts
+from streamer.delivery.retry import backoff_delay
+from streamer.domain.picture_links import PictureLinks, picture_urls
+from streamer.ops.metrics import Metrics
+from streamer.pipeline.supervisor import Supervisor
+
+LOG = logging.getLogger(__name__)
+
+#: The supervised part that keeps the broker connection up.
+CONNECTION_PART = "mqtt:connection"
+
+
+def event_json(payload: dict[str, Any]) -> str:
+    """The JSON an MQTT message carries (as compact as the webhook body)."""
+    return json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
+
+
+class MqttDeliverer:
+    """The outbox's ``mqtt`` target (see the module docstring)."""
+
+    name = MQTT_TARGET
+    part = "mqtt:delivery"
+    with_crop = False
+
+    def __init__(
+        self,
+        config: MqttConfig,
+        metrics: Metrics,
+        cameras: Iterable[str],
+        links: PictureLinks | None = None,
+        *,
+        frames: bool = False,
+    ) -> None:
+        self.config = config
+        self.metrics = metrics
+        self.max_concurrency = config.max_concurrency
+        self.links = links
+        self.frames = frames
+        self.cameras: tuple[str, ...] = tuple(cameras)
+        #: Cameras removed whose configs and ``last`` are still to be cleared.
+        self._to_clear: set[str] = set()
+        #: camera -> the payload its retained ``last`` holds (published here, or found there
+        #: at connect).
+        self._last: dict[str, dict[str, Any]] = {}
+        #: Cameras whose ``last`` an erasure cleared while disconnected: done at connect.
+        self._forgotten: set[str] = set()
+        self._supervisor: Supervisor | None = None
+        self.connection: MqttConnection | None = None
+
+    def __repr__(self) -> str:
+        return f"MqttDeliverer({self.config.broker!r})"
+
+    def describe(self) -> str:
+        return f"mqtt {self.config.broker}"
+
+    # ------------------------------------------------------------------ life cycle
+
+    async def start(self, supervisor: Supervisor, wake: Callable[[], None]) -> None:
+        self._supervisor = supervisor
+        self.connection = MqttConnection(
+            self.config,
+            self.metrics,
+            on_connected=self._announce,
+            on_message=self._retained,
+            wake=wake,
+        )
+        supervisor.start(CONNECTION_PART, self.connection.run)
+        LOG.info(
+            "mqtt %s: publishing events under %s/<camera>/ (discovery: %s)",
+            self.config.broker,
+            self.config.topic_prefix,
+            self.config.discovery.prefix if self.config.discovery.enabled else "off",
+        )
+
+    async def close(self) -> None:
+        """Stop the connection: ``offline`` is published, then it disconnects."""
+        if self._supervisor is not None:
+            await self._supervisor.stop(CONNECTION_PART)
+
+    @property
+    def parts(self) -> tuple[str, ...]:
+        return (CONNECTION_PART,) if self._supervisor is not None else ()
+
+    @property
+    def ready(self) -> bool:
+        return self.connection is not None and self.connection.connected
+
+    @property
+    def problem(self) -> str | None:
+        return self.connection.problem if self.connection is not None else None
+
+    # ------------------------------------------------------------------ events
+
+    async def deliver(self, item: PendingDelivery) -> Outcome:
+        connection = self.connection
+        if connection is None:
+            raise RuntimeError(f"{self!r} is not started")
+        payload = dict(item.payload)
+        if self.config.public_base_url is not None:
+            payload.update(
+                picture_urls(
+                    self.config.public_base_url, item.event_id, self.links, frame=self.frames
+                )
+            )
+        body = event_json(payload)
+        camera, pass_id = item.camera, str(payload.get("event_id", item.event_id))
+        try:
+            await connection.publish(ha.camera_topic(self.config, camera, "plate"), body)
+            held = self._last.get(camera, {}).get("event_id", pass_id)
+            if payload.get("version", 1) == 1 or held == pass_id:
+                last = ha.camera_topic(self.config, camera, "last")
+                await connection.publish(last, body, retain=True)
+                self._last[camera] = payload
+            if self.config.alerts and payload.get("alert"):
+                await connection.publish(ha.camera_topic(self.config, camera, "alert"), body)
+        except MqttUnavailableError as exc:
+            return Outcome("retry", str(exc))
+        return Outcome("delivered")
+
+    def retry_delay(self, attempts: int, outcome: Outcome, rng: random.Random) -> float:
+        del outcome
+        config = self.config
+        return backoff_delay(attempts, config.retry_initial_delay_s, config.retry_max_delay_s, rng)
+
+    def count(self, kind: OutcomeKind) -> None:
+        self.metrics.mqtt_deliveries.labels(kind).inc()
+
+    # ------------------------------------------------------------------ what the broker holds
+
+    async def set_cameras(self, cameras: Sequence[str]) -> None:
+        """The running cameras changed (a reload): announce the new ones, clear the removed
+        ones' configs and ``last`` (now, or at the next connect)."""
+        removed = set(self.cameras) - set(cameras)
+        added = [c for c in cameras if c not in self.cameras]
+        self.cameras = tuple(cameras)
+        self._to_clear = (self._to_clear | removed) - set(cameras)
+        connection = self.connection
+        if connection is None or not connection.connected:
+            return  # done at the next connect
+        try:
+            await self._clear_removed()
+            for camera in added:
+                await self._announce_camera(camera)
+        except MqttUnavailableError as exc:  # done again at the next connect
+            LOG.warning("mqtt %s: discovery update deferred: %s", self.config.broker, exc)
+
+    async def _announce(self, client: aiomqtt.Client) -> None:
+        """On each connect: ``online``, the cameras' discovery configs, stale ones cleared."""
+        config = self.config
+        assert self.connection is not None
+        try:
+            await self.connection.publish(ha.status_topic(config), ha.ONLINE, retain=True)
+            await self._clear_removed()
+            await self._clear_forgotten()
+            for camera in self.cameras:
+                await self._announce_camera(camera)
+            # Retained: the cameras' last events (for an erasure), stale discovery configs.
+            await client.subscribe(ha.camera_topic(config, "+", "last"), qos=1)
+            if config.discovery.enabled:
+                await client.subscribe(ha.config_filter(config), qos=1)
+        except (MqttUnavailableError, aiomqtt.MqttError) as exc:
+            # The connection is going down; the next one announces again.
+            LOG.debug("mqtt %s: announce failed: %s", config.broker, exc)
+
+    async def _announce_camera(self, camera: str) -> None:
+        assert self.connection is not None
+        if not self.config.discovery.enabled:
+            return
+        configs = ha.discovery_configs(self.config, camera)
+        for topic in ha.config_topics(self.config, camera):
+            payload = event_json(configs[topic]) if topic in configs else ""
+            await self.connection.publish(topic, payload, retain=True)
+
+    async def _clear_removed(self) -> None:
+        assert self.connection is not None
+        for camera in sorted(self._to_clear):
+            for topic in ha.config_topics(self.config, camera):
+                await self.connection.publish(topic, "", retain=True)
+            await self.connection.publish(
+                ha.camera_topic(self.config, camera, "last"), "", retain=True
+            )
+            self._to_clear.discard(camera)
+            self._last.pop(camera, None)
+            LOG.info("mqtt %s: camera %s removed from discovery", self.config.broker, camera)
+
+    async def _retained(self, message: aiomqtt.Message) -> None:
+        """A retained message found on subscribing: a ``last`` is remembered (an erasure may
+        have to clear it); a config or ``last`` of a camera not running is cleared."""
+        topic, payload = message.topic.value, message.payload
+        if not isinstance(payload, bytes | bytearray) or not payload:
+            return
+        camera = ha.camera_of(self.config, topic) or ha.last_camera_of(self.config, topic)
+        if camera is None:
+            return
+        if camera not in self.cameras:
+            self._to_clear.add(camera)
+            with contextlib.suppress(MqttUnavailableError):  # the next connect finds it again
+                await self._clear_removed()
+        elif topic.endswith("/last") and camera not in self._last:
+            with contextlib.suppress(ValueError):
+                held = json.loads(payload)
+                if isinstance(held, dict):
+                    self._last[camera] = held
+
+    async def forget(self, *, plate: str | None = None, event_id: str | None = None) -> int:
+        """Clear the retained ``last`` of every camera whose last event holds ``plate`` (any
+        text of it) or is of the pass ``event_id`` (an erasure); how many."""
+        cameras = [
+            camera
+            for camera, held in self._last.items()
+            if held.get("event_id") == event_id
+            or (plate is not None and plate in payload_texts(held))
+        ]
+        for camera in cameras:
+            del self._last[camera]
+            self._forgotten.add(camera)
+        connection = self.connection
+        if cameras and connection is not None and connection.connected:
+            with contextlib.suppress(MqttUnavailableError):  # else at the next connect
+                await self._clear_forgotten()
+        return len(cameras)
+
+    async def _clear_forgotten(self) -> None:
+        assert self.connection is not None
+        for camera in sorted(self._forgotten):
+            await self.connection.publish(
+                ha.camera_topic(self.config, camera, "last"), "", retain=True
+            )
+            self._forgotten.discard(camera)

@@ -1,0 +1,133 @@
+"""Home Assistant discovery: the configs follow its documented MQTT discovery schema, are
+retained on a real broker, and go away with their camera (a reload, or a camera removed while
+the service was stopped)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from streamer.config import MqttConfig
+from streamer.delivery import home_assistant as ha
+from streamer.ops.metrics import Metrics
+from tests.mqtt_broker import Broker, publish, retained
+from tests.streamer.delivery.test_mqtt_delivery import mqtt_settings, open_mqtt_sink
+from tests.webhook_receiver import eventually, make_event
+
+# Home Assistant's documented keys (https://www.home-assistant.io/integrations/sensor.mqtt/,
+# .../binary_sensor.mqtt/, .../mqtt/#mqtt-discovery): what a config may hold.
+ENTITY_KEYS = {
+    "availability", "availability_mode", "availability_template", "availability_topic",
+    "default_entity_id", "device", "device_class", "enabled_by_default", "encoding",
+    "entity_category", "entity_picture", "expire_after", "force_update", "icon",
+    "json_attributes_template", "json_attributes_topic", "name", "object_id", "origin",
+    "payload_available", "payload_not_available", "platform", "qos", "state_topic",
+    "unique_id", "value_template",
+}  # fmt: skip
+SENSOR_KEYS = ENTITY_KEYS | {
+    "last_reset_value_template", "options", "state_class", "suggested_display_precision",
+    "unit_of_measurement",
+}  # fmt: skip
+BINARY_SENSOR_KEYS = ENTITY_KEYS | {"off_delay", "payload_off", "payload_on"}
+DEVICE_KEYS = {
+    "configuration_url", "connections", "hw_version", "identifiers", "manufacturer", "model",
+    "model_id", "name", "serial_number", "suggested_area", "sw_version", "via_device",
+}  # fmt: skip
+ORIGIN_KEYS = {"name", "sw_version", "support_url"}
+TOPIC = re.compile(r"^[^#+\x00]+$")
+
+
+def check_discovery_config(topic: str, config: dict[str, Any], prefix: str) -> None:
+    """The documented rules: the topic's shape, the allowed keys, the required ones."""
+    match = re.fullmatch(
+        rf"{re.escape(prefix)}/(sensor|binary_sensor)/([\w-]+)/([\w-]+)/config", topic
+    )
+    assert match, topic
+    component = match.group(1)
+    allowed = SENSOR_KEYS if component == "sensor" else BINARY_SENSOR_KEYS
+    assert set(config) <= allowed, set(config) - allowed
+    assert TOPIC.match(config["state_topic"])  # required, and no wildcard
+    assert not ({"availability", "availability_topic"} <= set(config))  # one or the other
+    assert isinstance(config["unique_id"], str) and config["unique_id"]  # the device needs it
+    device = config["device"]
+    assert set(device) <= DEVICE_KEYS and (device.get("identifiers") or device.get("connections"))
+    assert set(config["origin"]) <= ORIGIN_KEYS and config["origin"]["name"]
+    assert config["qos"] in (0, 1, 2)
+    if component == "binary_sensor":
+        assert isinstance(config["off_delay"], int) and config["off_delay"] > 0
+        assert {config["payload_on"], config["payload_off"]} == {"ON", "OFF"}
+    for key in ("availability_topic", "json_attributes_topic"):
+        assert TOPIC.match(config[key]), key
+
+
+def test_configs_follow_the_documented_schema() -> None:
+    config = MqttConfig(host="broker", topic_prefix="site/lpr")
+    configs = ha.discovery_configs(config, "gate_2")
+    assert set(configs) == {
+        "homeassistant/sensor/lpr/gate_2_last_plate/config",
+        "homeassistant/binary_sensor/lpr/gate_2_alert/config",
+    }
+    for topic, payload in configs.items():
+        check_discovery_config(topic, payload, "homeassistant")
+        assert payload["availability_topic"] == "site/lpr/status"
+        assert ha.camera_of(config, topic) == "gate_2"
+    sensor = configs["homeassistant/sensor/lpr/gate_2_last_plate/config"]
+    assert sensor["state_topic"] == sensor["json_attributes_topic"] == "site/lpr/gate_2/last"
+    without_alerts = MqttConfig(host="broker", alerts=False)
+    assert list(ha.discovery_configs(without_alerts, "gate")) == [
+        "homeassistant/sensor/lpr/gate_last_plate/config"
+    ]
+
+
+@pytest.mark.parametrize(
+    "topic",
+    [
+        "homeassistant/sensor/other/gate_last_plate/config",  # another service's
+        "homeassistant/sensor/lpr/gate_alert/config",  # an alert is a binary_sensor
+        "homeassistant/sensor/lpr/_last_plate/config",
+        "homeassistant/light/lpr/gate_last_plate/config",
+        "elsewhere/sensor/lpr/gate_last_plate/config",
+        "homeassistant/sensor/lpr/gate_last_plate/state",
+    ],
+)
+def test_topics_of_others_are_not_ours(topic: str) -> None:
+    assert ha.camera_of(MqttConfig(host="broker"), topic) is None
+
+
+async def test_retained_configs_appear_and_go_with_their_camera(tmp_path: Path) -> None:
+    with Broker(tmp_path / "broker") as broker:
+        broker.start()
+        # A camera removed while the service was stopped left its config behind.
+        stale = "homeassistant/sensor/lpr/old_last_plate/config"
+        publish(broker, stale, json.dumps({"state_topic": "lpr/old/last"}), retain=True)
+        other = "homeassistant/sensor/other/old_last_plate/config"  # another service's
+        publish(broker, other, "{}", retain=True)
+        sink = await open_mqtt_sink(mqtt_settings(tmp_path, broker), Metrics())
+        try:
+            ours = topics_of(sink, "gate", "yard", "exit")
+            await eventually(
+                lambda: set(retained(broker, "homeassistant/#")) == ours | {other}, 10, "announced"
+            )
+            held = retained(broker, "homeassistant/#")
+            for topic in ours:
+                check_discovery_config(topic, json.loads(held[topic]), "homeassistant")
+            assert retained(broker, "lpr/status")["lpr/status"] == b"online"
+
+            await sink.publish(make_event("yard"))
+            await eventually(lambda: "lpr/yard/last" in retained(broker, "lpr/#"), 10, "last")
+
+            await sink.cameras_changed(["gate", "exit", "lane"])  # a reload: -yard +lane
+            assert "lpr/yard/last" not in retained(broker, "lpr/#")
+            want = topics_of(sink, "gate", "exit", "lane")
+            assert set(retained(broker, "homeassistant/#")) == want | {other}
+        finally:
+            await sink.close()
+
+
+def topics_of(sink: Any, *cameras: str) -> set[str]:
+    config = sink.deliverers[0].config
+    return {topic for camera in cameras for topic in ha.config_topics(config, camera)}
