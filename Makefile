@@ -56,10 +56,11 @@ $(STAMPS)/triton-env: Makefile
 
 # Debian packages: libpython3.11 for the Triton Python-backend stub; GStreamer's
 # RTSP server (tests serve the clip over real RTSP), ffmpeg (benchmarks),
-# Chromium and its driver (tests drive the live view in a real browser).
+# Chromium and its driver (tests drive the live view in a real browser), Mosquitto (MQTT)
+# and PostgreSQL (the shared history): tests start their own servers on loopback.
 APT_PACKAGES := libpython3.11 gstreamer1.0-rtsp gir1.2-gst-rtsp-server-1.0 python3-gi \
 	gstreamer1.0-plugins-good gstreamer1.0-plugins-bad gstreamer1.0-libav ffmpeg \
-	chromium chromium-driver mosquitto mosquitto-clients
+	chromium chromium-driver mosquitto mosquitto-clients postgresql
 $(STAMPS)/system:
 	@mkdir -p $(STAMPS)
 	@if ! dpkg -s $(APT_PACKAGES) >/dev/null 2>&1; then \

@@ -54,10 +54,9 @@ from streamer.pipeline.camera import OnResult
 from streamer.pipeline.cameras import Cameras
 from streamer.pipeline.supervisor import Supervisor
 from streamer.store import erasure
-from streamer.store.base import EventStore, StoreError
+from streamer.store.base import EventStore, StoreError, describe_store, open_event_store
 from streamer.store.retention import keep_within_retention
 from streamer.store.sink import StoreSink
-from streamer.store.sqlite import SQLiteEventStore
 from streamer.tracking.plate_pass import PlatePass
 from streamer.web import WebServer
 from streamer.web.view_source import CameraStatus, Snapshot
@@ -101,7 +100,7 @@ class Service:
         self.supervisor = Supervisor()
         self.recognizer: PlateRecognizer | None = None
         self.deliveries: OutboxSink | None = None  # webhooks and MQTT, from the outbox
-        self.store: SQLiteEventStore | None = None  # the event history (storage:)
+        self.store: EventStore | None = None  # the event history (storage:)
         self.extra_sinks = tuple(extra_sinks)
         self.metrics = Metrics()
         self.metrics.add_collector(self._collect_state)
@@ -227,9 +226,9 @@ class Service:
         storage = self.settings.storage
         if storage.enabled:
             try:
-                self.store = await SQLiteEventStore.open(storage.path)
+                self.store = await open_event_store(storage)
             except StoreError as exc:
-                raise store_error(storage.path, exc) from None
+                raise store_error(describe_store(storage), storage.backend, exc) from None
             sinks.append(StoreSink(self.store))
             self.publisher.frame_max_width = storage.frame_max_width
             store = self.store

@@ -27,8 +27,7 @@ from typing import Any
 from streamer.config import ConfigError, Settings, load_config
 from streamer.delivery.outbox import Outbox, OutboxError
 from streamer.store import erasure
-from streamer.store.base import StoreError
-from streamer.store.sqlite import SQLiteEventStore
+from streamer.store.base import StoreError, open_event_store
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -66,8 +65,9 @@ def run(args: argparse.Namespace) -> int:
 async def _erase(args: argparse.Namespace, settings: Settings) -> erasure.Erased:
     store = outbox = None
     try:
-        if settings.storage.path.is_file():
-            store = await SQLiteEventStore.open(settings.storage.path)
+        storage = settings.storage
+        if storage.backend == "postgresql" or storage.path.is_file():
+            store = await open_event_store(storage)
         if settings.outbox.path.is_file():
             targets = settings.configured_targets
             outbox = await Outbox.open(settings.outbox.path, targets, create=False)

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, SecretStr, ValidationInfo, field_validator
 
 from streamer.config.base import (
     CAMERA_NAME_PATTERN,
     Section,
     config_path,
+    empty_to_none,
 )
+from streamer.ops.redact import url_scheme
 
 DEFAULT_STORE_PATH = Path("data/events.sqlite3")
 StorePath = config_path(DEFAULT_STORE_PATH)
@@ -24,10 +27,22 @@ class LabelRetention(Section):
 
 
 class StorageConfig(Section):
-    """The searchable history of events (SQLite): every event, its corrections, its plate
-    crop and a picture of the vehicle, kept across restarts (docs/config.md#storage)."""
+    """The searchable history of events (SQLite, or PostgreSQL for many replicas): every
+    event, its corrections, its plate crop and a picture of the vehicle, kept across
+    restarts (docs/config.md#storage)."""
 
     enabled: bool = Field(True, description="Keep the event history (search, pictures).")
+    backend: Literal["sqlite", "postgresql"] = Field(
+        "sqlite",
+        description="sqlite: a file on this machine (path); postgresql: a server every "
+        "replica shares (dsn), so search and the events page span them.",
+    )
+    dsn: SecretStr | None = Field(
+        None,
+        validate_default=True,  # so that backend: postgresql without it is an error
+        description="postgresql://user:password@host:5432/database (keep it in the "
+        "environment: ${LPR_HISTORY_DSN}); required when backend is postgresql. Never logged.",
+    )
     path: StorePath = Field(
         DEFAULT_STORE_PATH,
         validate_default=True,  # so that the default resolves against the config's folder
@@ -63,3 +78,23 @@ class StorageConfig(Section):
         description="Width in pixels the vehicle picture (the frame around the plate) is "
         "scaled down to, at most.",
     )
+
+    @field_validator("dsn", mode="before")
+    @classmethod
+    def _empty_dsn_is_none(cls, value: Any) -> Any:
+        return empty_to_none(value)
+
+    @field_validator("dsn")
+    @classmethod
+    def _check_dsn(cls, dsn: SecretStr | None, info: ValidationInfo) -> SecretStr | None:
+        # The value is never quoted: it holds the password.
+        if dsn is None:
+            if info.data.get("backend") == "postgresql":
+                raise ValueError(
+                    "required when backend is postgresql, e.g. "
+                    "postgresql://lpr:${PGPASSWORD}@db:5432/lpr"
+                )
+            return None
+        if url_scheme(dsn.get_secret_value()) not in ("postgresql", "postgres"):
+            raise ValueError("must start with postgresql:// (or postgres://)")
+        return dsn

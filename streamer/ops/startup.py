@@ -66,8 +66,14 @@ def link_key_error(path: Path, exc: Exception) -> StartupError:
     )
 
 
-def store_error(path: Path, exc: Exception) -> StartupError:
+def store_error(where: str, backend: str, exc: Exception) -> StartupError:
+    if backend == "postgresql":
+        return StartupError(
+            f"cannot open the event history {where}: {exc}. Check that the server runs and "
+            "takes storage.dsn (host, port, user, password, database), or set "
+            "storage.enabled: false"
+        )
     return StartupError(
-        f"cannot open the event history {path}: {exc}. Fix it (permissions, disk space), move "
+        f"cannot open the event history {where}: {exc}. Fix it (permissions, disk space), move "
         "it away to start an empty history, or set storage.enabled: false"
     )

@@ -1,7 +1,8 @@
 """The event history's interface: what is kept of an event, how it is searched.
 
-A backend (streamer/store/sqlite.py today; PostgreSQL for many replicas later) implements
-:class:`EventStore`. Events are kept per vehicle pass: the pass's latest version is what a
+A backend (streamer/store/sqlite.py for one machine, streamer/store/postgresql.py for one
+history shared by many replicas) implements :class:`EventStore`; both search with
+:func:`search_conditions`. Events are kept per vehicle pass: the pass's latest version is what a
 search returns, every version (the first report and each correction) is kept beside it, and
 so are the plate crop and the picture of the vehicle.
 
@@ -17,13 +18,20 @@ import binascii
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from rapidfuzz import process
+from rapidfuzz.distance import Levenshtein
+
+from streamer.config import StorageConfig
 from streamer.delivery.events import PlateEvent
+from streamer.ops.redact import redact_url
 
 #: Passes per page, by default and at most.
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 500
 #: Edit distance of a fuzzy search (``O567AM7`` finds ``O567AM76``).
 FUZZY_DISTANCE = 1
+#: Beyond the highest character of a plate text: the upper end of a prefix range.
+_PREFIX_END = "\U0010ffff"
 
 
 class StoreError(Exception):
@@ -86,6 +94,25 @@ def decode_cursor(cursor: str) -> int:
         raise CursorError(f"not a cursor of this service: {cursor[:40]!r}") from None
 
 
+async def open_event_store(config: StorageConfig) -> EventStore:
+    """The history of ``config`` (its backend), open; raises :class:`StoreError`."""
+    if config.backend == "postgresql":
+        from streamer.store.postgresql import PostgresEventStore  # asyncpg only when used
+
+        assert config.dsn is not None  # checked by the config
+        return await PostgresEventStore.open(config.dsn.get_secret_value())
+    from streamer.store.sqlite import SQLiteEventStore
+
+    return await SQLiteEventStore.open(config.path)
+
+
+def describe_store(config: StorageConfig) -> str:
+    """Where the history of ``config`` lives, as messages name it (no password)."""
+    if config.backend == "postgresql" and config.dsn is not None:
+        return redact_url(config.dsn.get_secret_value())
+    return str(config.path)
+
+
 class EventStore(Protocol):
     """Where the event history lives (see the module docstring). Every method is a coroutine
     that does its I/O off the event loop."""
@@ -117,3 +144,45 @@ class EventStore(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+def normalise_plate(text: str) -> str:
+    """A plate as the service writes it: upper case, no spaces or dashes."""
+    return "".join(ch for ch in text.upper() if ch.isalnum())
+
+
+def search_conditions(query: EventQuery, texts: list[str]) -> tuple[list[str], list[Any]]:
+    """The WHERE terms of ``query`` (on the passes, as ``p``; ``?`` marks an argument) and
+    their arguments (``texts``: every distinct plate text, for a fuzzy search). Every backend
+    searches with these: one set of search rules."""
+    where: list[str] = []
+    args: list[Any] = []
+    if query.plate:
+        plate = normalise_plate(query.plate)
+        if query.fuzzy:
+            near = process.extract(
+                plate, texts, scorer=Levenshtein.distance, score_cutoff=FUZZY_DISTANCE, limit=None
+            )
+            matches = [text for text, _, _ in near] or [plate]
+            where.append(f"p.text IN ({', '.join('?' * len(matches))})")
+            args += matches
+        elif query.prefix:
+            where.append("p.text >= ? AND p.text < ?")
+            args += [plate, plate + _PREFIX_END]
+        else:
+            where.append("p.text = ?")
+            args.append(plate)
+    for column, value in (("camera", query.camera), ("label", query.label)):
+        if value is not None:
+            where.append(f"p.{column} = ?")
+            args.append(value)
+    if query.alert is not None:
+        where.append("p.alert = ?")
+        args.append(query.alert)
+    if query.after is not None:
+        where.append("p.first_seen >= ?")
+        args.append(query.after)
+    if query.before is not None:
+        where.append("p.first_seen < ?")
+        args.append(query.before)
+    return where, args

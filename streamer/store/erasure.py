@@ -19,8 +19,7 @@ from typing import Any, Protocol
 
 from streamer.delivery.outbox import Outbox
 from streamer.delivery.publisher import EventLog
-from streamer.store.base import EventStore
-from streamer.store.sqlite import normalise_plate
+from streamer.store.base import EventStore, normalise_plate
 
 LOG = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 
 from streamer.config import StorageConfig
-from streamer.store.sqlite import SQLiteEventStore
+from streamer.store.base import EventStore
 
 LOG = logging.getLogger(__name__)
 _DAY_S = 86_400.0
@@ -16,7 +16,7 @@ _GB = 1_000_000_000
 
 
 async def keep_within_retention(
-    store: SQLiteEventStore, config: StorageConfig, clock: Callable[[], float] = time.time
+    store: EventStore, config: StorageConfig, clock: Callable[[], float] = time.time
 ) -> None:
     """Prune the history now and every ``prune_interval_s``, until cancelled (supervised:
     a database error ends the run, and the supervisor tries again after a backoff)."""

@@ -23,13 +23,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from rapidfuzz import process
-from rapidfuzz.distance import Levenshtein
-
 from streamer.delivery.events import PlateEvent
 from streamer.ops.sqlite_file import open_wal
 from streamer.store.base import (
-    FUZZY_DISTANCE,
     MAX_LIMIT,
     EventQuery,
     Page,
@@ -37,6 +33,8 @@ from streamer.store.base import (
     StoreError,
     decode_cursor,
     encode_cursor,
+    normalise_plate,
+    search_conditions,
 )
 
 LOG = logging.getLogger(__name__)
@@ -71,8 +69,6 @@ CREATE INDEX IF NOT EXISTS passes_by_camera ON passes(camera, seq);
 CREATE INDEX IF NOT EXISTS passes_by_text ON passes(text);
 CREATE INDEX IF NOT EXISTS passes_by_label ON passes(label, seq);
 """
-#: Beyond the highest character of a plate text: the upper end of a prefix range.
-_PREFIX_END = "\U0010ffff"
 
 
 class SQLiteEventStore:
@@ -168,7 +164,7 @@ class SQLiteEventStore:
                         event.camera,
                         event.text,
                         label,
-                        int(event.alert),
+                        event.alert,
                         first_seen,
                         event.version,
                         payload,
@@ -310,7 +306,9 @@ class SQLiteEventStore:
         below = decode_cursor(query.cursor) if query.cursor else None
 
         def search(conn: sqlite3.Connection) -> Page:
-            where, args = _conditions(query, self._distinct_texts(conn) if query.fuzzy else [])
+            where, args = search_conditions(
+                query, self._distinct_texts(conn) if query.fuzzy else []
+            )
             if below is not None:
                 where.append("p.seq < ?")
                 args.append(below)
@@ -351,44 +349,3 @@ def _used_bytes(conn: sqlite3.Connection) -> int:
     pages = conn.execute("PRAGMA page_count").fetchone()[0]
     free = conn.execute("PRAGMA freelist_count").fetchone()[0]
     return int((pages - free) * page_size)
-
-
-def normalise_plate(text: str) -> str:
-    """A plate as the service writes it: upper case, no spaces or dashes."""
-    return "".join(ch for ch in text.upper() if ch.isalnum())
-
-
-def _conditions(query: EventQuery, texts: list[str]) -> tuple[list[str], list[Any]]:
-    """The WHERE terms of ``query`` and their arguments (``texts``: every distinct plate
-    text, for a fuzzy search)."""
-    where: list[str] = []
-    args: list[Any] = []
-    if query.plate:
-        plate = normalise_plate(query.plate)
-        if query.fuzzy:
-            near = process.extract(
-                plate, texts, scorer=Levenshtein.distance, score_cutoff=FUZZY_DISTANCE, limit=None
-            )
-            matches = [text for text, _, _ in near] or [plate]
-            where.append(f"p.text IN ({', '.join('?' * len(matches))})")
-            args += matches
-        elif query.prefix:
-            where.append("p.text >= ? AND p.text < ?")
-            args += [plate, plate + _PREFIX_END]
-        else:
-            where.append("p.text = ?")
-            args.append(plate)
-    for column, value in (("camera", query.camera), ("label", query.label)):
-        if value is not None:
-            where.append(f"p.{column} = ?")
-            args.append(value)
-    if query.alert is not None:
-        where.append("p.alert = ?")
-        args.append(int(query.alert))
-    if query.after is not None:
-        where.append("p.first_seen >= ?")
-        args.append(query.after)
-    if query.before is not None:
-        where.append("p.first_seen < ?")
-        args.append(query.before)
-    return where, args

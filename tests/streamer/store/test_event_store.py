@@ -1,12 +1,13 @@
-"""streamer.store.sqlite on a real SQLite file: what is kept, across a reopening; search;
-cursor pages while events keep arriving."""
+"""The event history on both backends, the same tests: a real SQLite file
+(streamer/store/sqlite.py) and a real PostgreSQL server (streamer/store/postgresql.py,
+tests/postgres_server.py): what is kept, across a reopening; search; cursor pages while
+events keep arriving; retention and erasure."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
 import uuid
-from pathlib import Path
 
 import cv2
 import numpy as np
@@ -14,9 +15,8 @@ import pytest
 
 from streamer.config import StorageConfig
 from streamer.delivery.events import PlateEvent, build_event
-from streamer.store.base import CursorError, EventQuery
+from streamer.store.base import CursorError, EventQuery, open_event_store
 from streamer.store.retention import keep_within_retention
-from streamer.store.sqlite import SQLiteEventStore
 from streamer.tracking.known_plates import Match
 from tests.plate_passes import a_pass
 
@@ -50,15 +50,14 @@ def _texts(page_events: list) -> list[str]:  # type: ignore[type-arg]
     return [e.payload["text"] for e in page_events]
 
 
-async def test_events_and_their_pictures_survive_reopening(tmp_path: Path) -> None:
-    path = tmp_path / "data" / "events.sqlite3"
-    store = await SQLiteEventStore.open(path)
+async def test_events_and_their_pictures_survive_reopening(storage: StorageConfig) -> None:
+    store = await open_event_store(storage)
     first, second = await _event("O567AM76"), await _event("Y836XH76", frame_max_width=None)
     await store.add(first)
     await store.add(second)
     await store.close()
 
-    store = await SQLiteEventStore.open(path)
+    store = await open_event_store(storage)
     try:
         found = await store.get(first.event_id)
         assert found is not None and found.payload["text"] == "O567AM76" and found.has_frame
@@ -76,8 +75,10 @@ async def test_events_and_their_pictures_survive_reopening(tmp_path: Path) -> No
         await store.close()
 
 
-async def test_a_correction_replaces_the_text_and_every_version_is_kept(tmp_path: Path) -> None:
-    store = await SQLiteEventStore.open(tmp_path / "events.sqlite3")
+async def test_a_correction_replaces_the_text_and_every_version_is_kept(
+    storage: StorageConfig,
+) -> None:
+    store = await open_event_store(storage)
     try:
         event_id = str(uuid.uuid4())
         wrong = await _event("C567AM76", event_id=event_id)
@@ -98,10 +99,12 @@ async def test_a_correction_replaces_the_text_and_every_version_is_kept(tmp_path
         await store.close()
 
 
-async def test_search_by_plate_exact_prefix_fuzzy_and_filters_combined(tmp_path: Path) -> None:
+async def test_search_by_plate_exact_prefix_fuzzy_and_filters_combined(
+    storage: StorageConfig,
+) -> None:
     staff = Match("staff", "O567AM76", 0, False, False)
     banned = Match("banned", "A123BC77", 0, True, False)
-    store = await SQLiteEventStore.open(tmp_path / "events.sqlite3")
+    store = await open_event_store(storage)
     try:
         for event in [
             await _event("O567AM76", camera="gate", at=T0, match=staff),
@@ -142,8 +145,10 @@ async def test_search_by_plate_exact_prefix_fuzzy_and_filters_combined(tmp_path:
         await store.close()
 
 
-async def test_cursor_pages_give_every_event_once_while_new_ones_arrive(tmp_path: Path) -> None:
-    store = await SQLiteEventStore.open(tmp_path / "events.sqlite3")
+async def test_cursor_pages_give_every_event_once_while_new_ones_arrive(
+    storage: StorageConfig,
+) -> None:
+    store = await open_event_store(storage)
     try:
         before = [await _event(f"A{i:03d}BC77", at=T0 + i) for i in range(25)]
         for event in before:
@@ -165,10 +170,12 @@ async def test_cursor_pages_give_every_event_once_while_new_ones_arrive(tmp_path
         await store.close()
 
 
-async def test_retention_deletes_old_events_and_every_trace_of_them(tmp_path: Path) -> None:
-    path = tmp_path / "events.sqlite3"
+async def test_retention_deletes_old_events_and_every_trace_of_them(
+    storage: StorageConfig,
+) -> None:
+    path = storage.path
     staff = Match("staff", "B840CK197", 0, False, False)
-    store = await SQLiteEventStore.open(path)
+    store = await open_event_store(storage)
     day = 86_400.0
     try:
         old = await _event("H123XX77", at=T0 - 40 * day)
@@ -183,8 +190,9 @@ async def test_retention_deletes_old_events_and_every_trace_of_them(tmp_path: Pa
         assert await store.get(old.event_id) is None
         assert await store.crop(old.event_id) is None and await store.frame(old.event_id) is None
         assert _texts((await store.search(EventQuery())).events) == ["Y836XH76", "B840CK197"]
-        for file in (path, path.with_name(path.name + "-wal")):  # not in a free page, nor the WAL
-            assert not file.exists() or b"H123XX77" not in file.read_bytes(), file
+        if storage.backend == "sqlite":  # not in a free page, nor the WAL
+            for file in (path, path.with_name(path.name + "-wal")):
+                assert not file.exists() or b"H123XX77" not in file.read_bytes(), file
         # Over the size cap: the oldest go first, whatever their label.
         assert await store.prune(now=T0, retention_s=30 * day, by_label={}, max_bytes=1) == 2
         assert (await store.search(EventQuery())).events == []
@@ -192,9 +200,9 @@ async def test_retention_deletes_old_events_and_every_trace_of_them(tmp_path: Pa
         await store.close()
 
 
-async def test_the_history_part_prunes_on_its_interval(tmp_path: Path) -> None:
-    store = await SQLiteEventStore.open(tmp_path / "events.sqlite3")
-    config = StorageConfig(path=tmp_path / "events.sqlite3", retention_days=1, prune_interval_s=0.1)
+async def test_the_history_part_prunes_on_its_interval(storage: StorageConfig) -> None:
+    store = await open_event_store(storage)
+    config = storage.model_copy(update={"retention_days": 1, "prune_interval_s": 0.1})
     clock = [T0]
     part = asyncio.create_task(keep_within_retention(store, config, lambda: clock[0]))
     try:

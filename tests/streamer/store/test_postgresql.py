@@ -1,0 +1,76 @@
+"""What the PostgreSQL backend adds: one history for several replicas (each its own store
+on the same database), and a server that cannot be reached or refuses named without its
+password. The interface itself is tested on both backends in test_event_store.py."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+
+from streamer.config import ConfigError, StorageConfig, load_config
+from streamer.store.base import EventQuery, StoreError, open_event_store
+from tests.postgres_server import PostgresServer
+from tests.streamer.store.test_event_store import T0, _event, _texts
+
+
+async def test_two_replicas_share_one_history(postgres: PostgresServer) -> None:
+    storage = StorageConfig(backend="postgresql", dsn=postgres.database())
+    first, second = await open_event_store(storage), await open_event_store(storage)
+    try:
+        await first.add(await _event("O567AM76", camera="gate", at=T0))
+        await second.add(await _event("Y836XH76", camera="yard", at=T0 + 1))
+        for store in (first, second):
+            assert _texts((await store.search(EventQuery())).events) == ["Y836XH76", "O567AM76"]
+        assert _texts((await second.search(EventQuery(plate="O567AM7", fuzzy=True))).events) == [
+            "O567AM76"
+        ]
+        # A plate one replica stores is found by the other's next fuzzy search.
+        await first.add(await _event("O567AM77", camera="gate", at=T0 + 2))
+        found = await second.search(EventQuery(plate="O567AM7", fuzzy=True))
+        assert _texts(found.events) == ["O567AM77", "O567AM76"]
+        # Pages across what both stored: each pass once.
+        page = await second.search(EventQuery(limit=2))
+        rest = await first.search(EventQuery(limit=2, cursor=page.next_cursor))
+        assert _texts(page.events + rest.events) == ["O567AM77", "Y836XH76", "O567AM76"]
+        assert await second.erase(plate="Y836XH76") == 1
+        assert _texts((await first.search(EventQuery())).events) == ["O567AM77", "O567AM76"]
+    finally:
+        await first.close()
+        await second.close()
+
+
+async def test_a_server_that_refuses_is_named_without_the_password() -> None:
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    dsn = f"postgresql://lpr:pg-s3cret-pw@127.0.0.1:{port}/lpr"
+    with pytest.raises(StoreError) as info:
+        await open_event_store(StorageConfig(backend="postgresql", dsn=dsn))
+    assert f"127.0.0.1:{port}" in str(info.value) and "pg-s3cret-pw" not in str(info.value)
+
+
+def test_postgresql_needs_a_dsn_and_never_shows_it(tmp_path: Path) -> None:
+    path = tmp_path / "site.yaml"
+    path.write_text("cameras: [{name: gate, url: rtsp://cam/x}]\nstorage: {backend: postgresql}\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path, env={})
+    assert "storage.dsn" in str(info.value) and "required when backend is postgresql" in str(
+        info.value
+    )
+    path.write_text(
+        "cameras: [{name: gate, url: rtsp://cam/x}]\n"
+        "storage: {backend: postgresql, dsn: '${LPR_HISTORY_DSN}'}\n"
+    )
+    secret = "postgresql://lpr:pg-s3cret-pw@db:5432/lpr"
+    settings = load_config(path, env={"LPR_HISTORY_DSN": secret})
+    assert settings.storage.dsn is not None and settings.storage.dsn.get_secret_value() == secret
+    assert "pg-s3cret-pw" not in repr(settings) and "pg-s3cret-pw" not in str(settings.redacted())
+    path.write_text(
+        "cameras: [{name: gate, url: rtsp://cam/x}]\n"
+        "storage: {backend: postgresql, dsn: 'mysql://u:pg-s3cret-pw@db/x'}\n"
+    )
+    with pytest.raises(ConfigError) as info:
+        load_config(path, env={})
+    assert "postgresql://" in str(info.value) and "pg-s3cret-pw" not in str(info.value)
