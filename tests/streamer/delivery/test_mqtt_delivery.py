@@ -217,9 +217,7 @@ KILL_CHILD = textwrap.dedent(
     sys.path.insert(0, sys.argv[1])
     from tests.webhook_receiver import make_event
     from streamer.config import CameraConfig, MqttConfig, OutboxConfig, Settings
-    from streamer.delivery.publisher import EventPublisher
-from streamer.ops import health
-from streamer.ops.metrics import Metrics
+    from streamer.ops.metrics import Metrics
     from streamer.delivery.outbox_sink import create_outbox_sink
 
     async def main():
