@@ -52,6 +52,7 @@ from streamer.ops.startup import (
 )
 from streamer.pipeline.camera import OnResult
 from streamer.pipeline.cameras import Cameras
+from streamer.pipeline.shards import Shard
 from streamer.pipeline.supervisor import Supervisor
 from streamer.store import erasure
 from streamer.store.base import EventStore, StoreError, describe_store, open_event_store
@@ -87,12 +88,15 @@ class Service:
         config_path: Path | None = None,
         extra_sinks: Sequence[EventSink] = (),
         on_result: OnResult | None = None,
+        shard: Shard | None = None,
     ) -> None:
         """``config_path``: the file ``settings`` came from, read again on reload (without
         it, reload is refused). ``extra_sinks`` get every event after the configured sinks;
         ``on_result`` sees every frame's reads, in order per camera (``python -m streamer
-        replay`` uses both)."""
+        replay`` uses both). ``shard``: this replica of several runs only the cameras it holds
+        (streamer/pipeline/shards.py; default: every camera)."""
         self.settings = settings
+        self.shard = shard or Shard()
         self.once = once
         self.config_path = config_path
         self.triton: EmbeddedTriton | None = None
@@ -238,8 +242,12 @@ class Service:
 
         self.cameras.recognizer = self.recognizer
         for config in self.settings.enabled_cameras:
-            self.cameras.start(config, self.settings)
-        LOG.info("running %d camera(s): %s", len(self.cameras), ", ".join(self.cameras.running))
+            if self.shard.holds(config.name):
+                self.cameras.start(config, self.settings)
+        held = f" (shard {self.shard} of the config's cameras)" if self.shard.sharded else ""
+        LOG.info(
+            "running %d camera(s)%s: %s", len(self.cameras), held, ", ".join(self.cameras.running)
+        )
         for name, server in (("ops", self.ops), ("web", self.web)):
             if server is not None and server.listener is not None:
                 self.supervisor.start(name, server.listener.keep_serving)
@@ -284,9 +292,10 @@ class Service:
         self.publisher.jpeg_quality = change.settings.events.crop_jpeg_quality
         if change.rules_changed:
             self.cameras.reconfigure(change.settings)
-        cameras = [c.name for c in change.settings.enabled_cameras]
+        configured = [c.name for c in change.settings.enabled_cameras]
+        held = [name for name in configured if self.shard.holds(name)]
         if self.deliveries is not None:  # before a replacement: the running sink knows the old
-            await self.deliveries.cameras_changed(cameras)
+            await self.deliveries.cameras_changed(held, configured)
         if change.delivery_changed:
             self.deliveries = await replace_outbox_sink(
                 self.publisher,
@@ -303,7 +312,7 @@ class Service:
     def _delivery_options(self) -> dict[str, Any]:
         """What the outbox sink needs of the service: picture links to sign, and whether the
         history keeps the vehicles' pictures."""
-        return {"links": self.links, "frames": self.settings.storage.enabled}
+        return {"links": self.links, "frames": self.settings.storage.enabled, "shard": self.shard}
 
     @property
     def events_emitted(self) -> int:
@@ -337,6 +346,10 @@ class Service:
 
     def history(self) -> EventStore | None:
         return self.store
+
+    def shards(self) -> dict[str, Any]:
+        names = [c.name for c in self.settings.enabled_cameras]
+        return {"shard": str(self.shard), "cameras": self.shard.map(names)}
 
     async def erase(
         self, *, plate: str | None = None, event_id: str | None = None, trigger: str
@@ -375,6 +388,7 @@ class Service:
             *service_metrics.camera_metrics(self.cameras.values(), self.recognizer),
             *service_metrics.part_metrics(self.supervisor, self.watchdog),
             *service_metrics.inference_metrics(self.recognizer),
+            service_metrics.shard_metric(self.shard, list(self.cameras.running)),
         ]
 
     # -- stop --------------------------------------------------------------------------------

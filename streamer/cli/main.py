@@ -1,6 +1,7 @@
 """Command line of the service.
 
-``python -m streamer run --config FILE [--once]``: the service. Runs until
+``python -m streamer run --config FILE [--once] [--shard I/N]``: the service (with
+``--shard``, one replica of N: only its cameras, streamer/pipeline/shards.py). Runs until
 SIGINT/SIGTERM; with ``--once`` file cameras play once and it exits when every
 camera has ended and every event is written, after a line per camera (exit 1 when
 a camera never delivered a frame or Triton answered none). A bad config or
@@ -26,12 +27,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 import typing
 from pathlib import Path
 
 from streamer.cli import deadletters, erase, recognise
 from streamer.ops.logs import setup_logging
+from streamer.pipeline.shards import Shard
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -46,7 +49,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return 2
     setup_logging(args.log_level or settings.log.level, settings.log.format)
     try:
-        return asyncio.run(Service(settings, once=args.once, config_path=args.config).run())
+        service = Service(settings, once=args.once, config_path=args.config, shard=args.shard)
+        return asyncio.run(service.run())
     except StartupError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
@@ -79,6 +83,13 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     return code
 
 
+def _shard(text: str) -> Shard:
+    try:
+        return Shard.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m streamer")
     parser.add_argument("--log-level", help="overrides log.level of the config")
@@ -86,6 +97,14 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run the service on a YAML config")
     run.add_argument("--config", type=Path, required=True, help="YAML config (configs/demo.yaml)")
     run.add_argument("--once", action="store_true", help="play file cameras once, then exit")
+    run.add_argument(
+        "--shard",
+        type=_shard,
+        default=os.environ.get("LPR_SHARD") or None,
+        metavar="I/N",
+        help="run only the cameras of replica I of N (auto/N: I from the host name's "
+        "trailing number, as a StatefulSet names its pods); default $LPR_SHARD, else all",
+    )
     run.set_defaults(func=_cmd_run)
     deadletters.add_parser(sub)
     erase.add_parser(sub)

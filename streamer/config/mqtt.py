@@ -5,9 +5,16 @@ from __future__ import annotations
 import re
 import socket
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    Field,
+    SecretStr,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from streamer.config.base import Section, empty_to_none, resolve_path
 from streamer.config.delivery import check_http_url
@@ -17,6 +24,16 @@ MQTT_TARGET = "mqtt"
 #: One topic level: no wildcard, no separator, no NUL (MQTT 3.1.1 s. 4.7).
 _TOPIC_LEVELS = re.compile(r"^[^#+/\x00]+(/[^#+/\x00]+)*$")
 _NODE_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+def _check_topic(topic: str) -> str:
+    if not _TOPIC_LEVELS.match(topic):
+        raise ValueError(f"{topic!r} is not a topic: no '#', '+', empty or leading '/'")
+    return topic
+
+
+#: The first levels of a topic: no wildcard, no empty level.
+TopicPrefix = Annotated[str, AfterValidator(_check_topic)]
 
 
 def default_client_id() -> str:
@@ -68,7 +85,7 @@ class DiscoveryConfig(Section):
         description="Publish retained discovery configs: a device for the service, per camera "
         "a 'last plate' sensor and a known-plate alert binary sensor.",
     )
-    prefix: str = Field(
+    prefix: TopicPrefix = Field(
         "homeassistant",
         min_length=1,
         max_length=128,
@@ -87,13 +104,6 @@ class DiscoveryConfig(Section):
         le=86_400,
         description="Seconds the alert binary sensor stays on after a known-plate alert.",
     )
-
-    @field_validator("prefix")
-    @classmethod
-    def _check_prefix(cls, prefix: str) -> str:
-        if not _TOPIC_LEVELS.match(prefix):
-            raise ValueError(f"{prefix!r} is not a topic: no '#', '+', empty or leading '/'")
-        return prefix
 
     @field_validator("node_id")
     @classmethod
@@ -154,7 +164,7 @@ class MqttConfig(Section):
         le=3600,
         description="Cap of that backoff (>= retry_initial_delay_s).",
     )
-    topic_prefix: str = Field(
+    topic_prefix: TopicPrefix = Field(
         "lpr",
         min_length=1,
         max_length=128,
@@ -186,13 +196,6 @@ class MqttConfig(Section):
         if "://" in host or "/" in host or host != host.strip():
             raise ValueError(f"give the broker's host name or IP only, got {host!r}")
         return host
-
-    @field_validator("topic_prefix")
-    @classmethod
-    def _check_prefix(cls, prefix: str) -> str:
-        if not _TOPIC_LEVELS.match(prefix):
-            raise ValueError(f"{prefix!r} is not a topic: no '#', '+', empty or leading '/'")
-        return prefix
 
     @field_validator("public_base_url")
     @classmethod

@@ -10,8 +10,9 @@ service announces one device (the service, ``identifiers: [<node_id>]``) and, pe
   ``alert_off_delay_s`` after an event on ``<topic_prefix>/<camera>/alert``.
 
 Both are available while ``<topic_prefix>/status`` is ``online`` (the service's will sets it
-``offline``). The keys are Home Assistant's documented ones for MQTT sensors and binary
-sensors (https://www.home-assistant.io/integrations/sensor.mqtt/,
+``offline``); with several replicas, each camera's entities follow the status of the replica
+that runs it, ``<topic_prefix>/status/<index>``. The keys are Home Assistant's documented
+ones for MQTT sensors and binary sensors (https://www.home-assistant.io/integrations/sensor.mqtt/,
 https://www.home-assistant.io/integrations/binary_sensor.mqtt/,
 https://www.home-assistant.io/integrations/mqtt/#mqtt-discovery). Pure functions: the
 publishing is streamer/delivery/mqtt_delivery.py's.
@@ -30,8 +31,11 @@ ONLINE, OFFLINE = "online", "offline"
 _ENTITIES = {"last_plate": "sensor", "alert": "binary_sensor"}
 
 
-def status_topic(config: MqttConfig) -> str:
-    return f"{config.topic_prefix}/status"
+def status_topic(config: MqttConfig, replica: int | None = None) -> str:
+    """``<topic_prefix>/status``; of one replica of several, ``<topic_prefix>/status/<index>``
+    (its will must not mark the others' cameras unavailable)."""
+    base = f"{config.topic_prefix}/status"
+    return base if replica is None else f"{base}/{replica}"
 
 
 def camera_topic(config: MqttConfig, camera: str, leaf: str) -> str:
@@ -91,12 +95,12 @@ def device(config: MqttConfig) -> dict[str, Any]:
     }
 
 
-def _common(config: MqttConfig, camera: str, entity: str, name: str) -> dict[str, Any]:
+def _common(config: MqttConfig, camera: str, entity: str, name: str, status: str) -> dict[str, Any]:
     node_id = config.discovery.node_id
     return {
         "name": f"{camera} {name}",
         "unique_id": f"{node_id}_{camera}_{entity}",
-        "availability_topic": status_topic(config),
+        "availability_topic": status,
         "payload_available": ONLINE,
         "payload_not_available": OFFLINE,
         "device": device(config),
@@ -105,12 +109,16 @@ def _common(config: MqttConfig, camera: str, entity: str, name: str) -> dict[str
     }
 
 
-def discovery_configs(config: MqttConfig, camera: str) -> dict[str, dict[str, Any]]:
-    """Config topic -> its payload, for every entity of ``camera``."""
+def discovery_configs(
+    config: MqttConfig, camera: str, status: str | None = None
+) -> dict[str, dict[str, Any]]:
+    """Config topic -> its payload, for every entity of ``camera`` (available while
+    ``status``, default :func:`status_topic`, says online)."""
+    status = status or status_topic(config)
     last = camera_topic(config, camera, "last")
     configs = {
         config_topic(config, camera, "last_plate"): {
-            **_common(config, camera, "last_plate", "last plate"),
+            **_common(config, camera, "last_plate", "last plate", status),
             "state_topic": last,
             "value_template": "{{ value_json.text }}",
             "json_attributes_topic": last,
@@ -120,7 +128,7 @@ def discovery_configs(config: MqttConfig, camera: str) -> dict[str, dict[str, An
     if config.alerts:
         alert = camera_topic(config, camera, "alert")
         configs[config_topic(config, camera, "alert")] = {
-            **_common(config, camera, "alert", "known-plate alert"),
+            **_common(config, camera, "alert", "known-plate alert", status),
             "state_topic": alert,
             "value_template": "{{ 'ON' if value_json.alert else 'OFF' }}",
             "payload_on": "ON",

@@ -83,9 +83,12 @@ class MqttConnection:
         on_connected: OnConnected,
         on_message: OnMessage,
         wake: Callable[[], None],
+        status: str | None = None,
         rng: random.Random | None = None,
     ) -> None:
+        """``status``: the topic of the will (default :func:`status_topic`)."""
         self.config = config
+        self.status = status or status_topic(config)
         self.metrics = metrics
         self._on_connected = on_connected
         self._on_message = on_message
@@ -125,7 +128,7 @@ class MqttConnection:
             password=password,
             identifier=config.client_id,
             protocol=aiomqtt.ProtocolVersion.V5 if self._v5 else aiomqtt.ProtocolVersion.V311,
-            will=aiomqtt.Will(status_topic(config), OFFLINE, qos=1, retain=True),
+            will=aiomqtt.Will(self.status, OFFLINE, qos=1, retain=True),
             timeout=config.timeout_s,
             keepalive=config.keepalive_s,
             tls_params=tls_params,
@@ -186,7 +189,7 @@ class MqttConnection:
         except asyncio.CancelledError:
             with contextlib.suppress(aiomqtt.MqttError, TimeoutError):
                 async with asyncio.timeout(GOODBYE_TIMEOUT_S):
-                    await client.publish(status_topic(self.config), OFFLINE, qos=1, retain=True)
+                    await client.publish(self.status, OFFLINE, qos=1, retain=True)
             raise
 
     def _down(self) -> None:

@@ -76,13 +76,21 @@ class MqttDeliverer:
         links: PictureLinks | None = None,
         *,
         frames: bool = False,
+        configured: Iterable[str] | None = None,
+        replica: int | None = None,
     ) -> None:
+        """``cameras``: those this service runs; ``configured``: every camera of the config
+        (default: ``cameras``), whose retained configs are not stale even when another
+        replica runs them; ``replica``: this replica's index when there are several (its
+        own status topic)."""
         self.config = config
+        self.status = ha.status_topic(config, replica)
         self.metrics = metrics
         self.max_concurrency = config.max_concurrency
         self.links = links
         self.frames = frames
         self.cameras: tuple[str, ...] = tuple(cameras)
+        self.configured: set[str] = set(self.cameras if configured is None else configured)
         #: Cameras removed whose configs and ``last`` are still to be cleared.
         self._to_clear: set[str] = set()
         #: camera -> the payload its retained ``last`` holds (published here, or found there
@@ -109,6 +117,7 @@ class MqttDeliverer:
             on_connected=self._announce,
             on_message=self._retained,
             wake=wake,
+            status=self.status,
         )
         supervisor.start(CONNECTION_PART, self.connection.run)
         LOG.info(
@@ -173,12 +182,16 @@ class MqttDeliverer:
 
     # ------------------------------------------------------------------ what the broker holds
 
-    async def set_cameras(self, cameras: Sequence[str]) -> None:
+    async def set_cameras(
+        self, cameras: Sequence[str], configured: Iterable[str] | None = None
+    ) -> None:
         """The running cameras changed (a reload): announce the new ones, clear the removed
-        ones' configs and ``last`` (now, or at the next connect)."""
+        ones' configs and ``last`` (now, or at the next connect). ``configured``: every
+        camera of the new config (default: ``cameras``)."""
         removed = set(self.cameras) - set(cameras)
         added = [c for c in cameras if c not in self.cameras]
         self.cameras = tuple(cameras)
+        self.configured = set(cameras if configured is None else configured)
         self._to_clear = (self._to_clear | removed) - set(cameras)
         connection = self.connection
         if connection is None or not connection.connected:
@@ -195,7 +208,7 @@ class MqttDeliverer:
         config = self.config
         assert self.connection is not None
         try:
-            await self.connection.publish(ha.status_topic(config), ha.ONLINE, retain=True)
+            await self.connection.publish(self.status, ha.ONLINE, retain=True)
             await self._clear_removed()
             await self._clear_forgotten()
             for camera in self.cameras:
@@ -212,7 +225,7 @@ class MqttDeliverer:
         assert self.connection is not None
         if not self.config.discovery.enabled:
             return
-        configs = ha.discovery_configs(self.config, camera)
+        configs = ha.discovery_configs(self.config, camera, self.status)
         for topic in ha.config_topics(self.config, camera):
             payload = event_json(configs[topic]) if topic in configs else ""
             await self.connection.publish(topic, payload, retain=True)
@@ -238,11 +251,11 @@ class MqttDeliverer:
         camera = ha.camera_of(self.config, topic) or ha.last_camera_of(self.config, topic)
         if camera is None:
             return
-        if camera not in self.cameras:
+        if camera not in self.configured:  # (one another replica runs is not stale)
             self._to_clear.add(camera)
             with contextlib.suppress(MqttUnavailableError):  # the next connect finds it again
                 await self._clear_removed()
-        elif topic.endswith("/last") and camera not in self._last:
+        elif topic.endswith("/last") and camera in self.cameras and camera not in self._last:
             with contextlib.suppress(ValueError):
                 held = json.loads(payload)
                 if isinstance(held, dict):

@@ -47,6 +47,7 @@ from streamer.delivery.publisher import EventPublisher
 from streamer.delivery.webhook_delivery import WebhookPoster
 from streamer.domain.picture_links import PictureLinks
 from streamer.ops.metrics import Metrics
+from streamer.pipeline.shards import Shard
 from streamer.pipeline.supervisor import PartState, Supervisor
 
 LOG = logging.getLogger(__name__)
@@ -210,11 +211,14 @@ class OutboxSink:
                 count += await deliverer.forget(plate=plate, event_id=event_id)
         return count
 
-    async def cameras_changed(self, cameras: Sequence[str]) -> None:
-        """The running cameras after a reload (MQTT's discovery follows them)."""
+    async def cameras_changed(
+        self, cameras: Sequence[str], configured: Sequence[str] | None = None
+    ) -> None:
+        """The running cameras after a reload (MQTT's discovery follows them); ``configured``:
+        every camera of the config, some run by other replicas (default: ``cameras``)."""
         for deliverer in self.deliverers:
             if isinstance(deliverer, MqttDeliverer):
-                await deliverer.set_cameras(cameras)
+                await deliverer.set_cameras(cameras, configured)
 
     # ------------------------------------------------------------------ EventSink
 
@@ -305,18 +309,27 @@ def deliverers_of(
     *,
     links: PictureLinks | None = None,
     frames: bool = False,
+    shard: Shard | None = None,
 ) -> list[Deliverer]:
     """A deliverer per enabled target of ``settings``, in the order of
     :attr:`~streamer.config.Settings.delivery_targets`. ``links`` signs the picture links of
     ``crop: url`` targets and MQTT (None: plain paths, which need the token); ``frames``: the
-    history keeps vehicle pictures (a ``frame_url`` beside the crop's)."""
+    history keeps vehicle pictures (a ``frame_url`` beside the crop's); ``shard``: the
+    cameras this replica runs (default: all)."""
     deliverers: list[Deliverer] = [
         WebhookPoster(t, metrics, links, frames=frames) for t in settings.webhooks if t.enabled
     ]
     mqtt = settings.mqtt
     if mqtt is not None and mqtt.enabled:
-        cameras = [c.name for c in settings.enabled_cameras]
-        deliverers.append(MqttDeliverer(mqtt, metrics, cameras, links, frames=frames))
+        shard = shard or Shard()
+        configured = [c.name for c in settings.enabled_cameras]
+        held = [name for name in configured if shard.holds(name)]
+        replica = shard.index if shard.sharded else None
+        deliverers.append(
+            MqttDeliverer(
+                mqtt, metrics, held, links, frames=frames, configured=configured, replica=replica
+            )
+        )
     return deliverers
 
 
@@ -326,6 +339,7 @@ async def create_outbox_sink(
     *,
     links: PictureLinks | None = None,
     frames: bool = False,
+    shard: Shard | None = None,
     **options: Any,
 ) -> OutboxSink | None:
     """The outbox sink of ``settings`` (started), or None when no target is enabled;
@@ -335,7 +349,7 @@ async def create_outbox_sink(
     Raises :class:`~streamer.delivery.outbox.OutboxError` when the outbox cannot be
     opened (the service should not start: events would have nowhere durable to go).
     """
-    deliverers = deliverers_of(settings, metrics, links=links, frames=frames)
+    deliverers = deliverers_of(settings, metrics, links=links, frames=frames, shard=shard)
     if not deliverers:
         return None
     for deliverer in deliverers:

@@ -25,12 +25,14 @@ import asyncio
 import hashlib
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from streamer.config import CameraConfig, ConfigError, Settings, load_config
 from streamer.ops.metrics import Metrics
+from streamer.pipeline.shards import Shard
 
 LOG = logging.getLogger(__name__)
 
@@ -90,8 +92,9 @@ class Plan:
         return text
 
 
-def plan(running: Settings, new: Settings) -> Plan:
-    """What changes from ``running`` to ``new`` (both valid)."""
+def plan(running: Settings, new: Settings, holds: Callable[[str], bool] | None = None) -> Plan:
+    """What changes from ``running`` to ``new`` (both valid), for the cameras ``holds``
+    says this replica runs (default: all; streamer/pipeline/shards.py)."""
     keep: dict[str, Any] = {}
     needs_restart: list[str] = []
     for section in RESTART_SECTIONS:
@@ -105,8 +108,9 @@ def plan(running: Settings, new: Settings) -> Plan:
         needs_restart += [f"events.{k}" for k, v in sink_keys.items() if getattr(events, k) != v]
         keep["events"] = events.model_copy(update=sink_keys)
     effective = new.model_copy(update=keep)
-    old_cameras = {c.name: c for c in running.enabled_cameras}
-    new_cameras = {c.name: c for c in effective.enabled_cameras}
+    held = holds or (lambda _: True)
+    old_cameras = {c.name: c for c in running.enabled_cameras if held(c.name)}
+    new_cameras = {c.name: c for c in effective.enabled_cameras if held(c.name)}
     result = Plan(effective, needs_restart=needs_restart)
     result.added = [c for name, c in new_cameras.items() if name not in old_cameras]
     result.removed = [name for name in old_cameras if name not in new_cameras]
@@ -195,6 +199,7 @@ class Reloadable(Protocol):
     """What a :class:`Reloader` needs of the service."""
 
     settings: Settings
+    shard: Shard
 
     async def apply_reload(self, change: Plan) -> None: ...
 
@@ -235,7 +240,7 @@ class Reloader:
                 new = await asyncio.to_thread(load_config, self.path)
             except ConfigError as exc:  # the start-up message, its problems on one line
                 return self._refused(trigger, " ".join(s.strip() for s in str(exc).splitlines()))
-            change = plan(self.service.settings, new)
+            change = plan(self.service.settings, new, self.service.shard.holds)
             if change.empty:
                 outcome = "unchanged"
                 LOG.info("config reloaded (%s): nothing to apply; %s", trigger, change.summary())

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from streamer.inference.client import PlateRecognizer
     from streamer.inference.embedded.watchdog import TritonWatchdog
     from streamer.pipeline.cameras import Camera
+    from streamer.pipeline.shards import Shard
     from streamer.pipeline.supervisor import Supervisor
 
 _PER_CAMERA: dict[str, tuple[str, Callable[[Camera], float]]] = {
@@ -140,3 +141,15 @@ def inference_metrics(recognizer: PlateRecognizer | None) -> list[Metric]:
     )
     resets.add_metric([], stats.resets)
     return [ready, window, held, at_triton, waiting, no_load, late, resets]
+
+
+def shard_metric(shard: Shard, cameras: Iterable[str]) -> Metric:
+    """1 per camera this replica runs, labelled with its shard (I/N)."""
+    family = gauge(
+        "lpr_shard_camera",
+        "1 for each camera this replica runs; shard: this replica, I/N (--shard).",
+        ["shard", "camera"],
+    )
+    for camera in cameras:
+        family.add_metric([str(shard), camera], 1)
+    return family

@@ -144,6 +144,14 @@ class Info(Model):
     labels: list[str] = Field(description="The known-plate lists.")
 
 
+class Shards(Model):
+    shard: str = Field(description="This replica, I/N (0/1: one replica runs every camera).")
+    cameras: dict[str, int] = Field(
+        description="Every enabled camera of the config -> the index of the replica that "
+        "runs it (rendezvous hashing: the same map in every replica)."
+    )
+
+
 class Login(Model):
     model_config = ConfigDict(extra="forbid", frozen=True)
     token: str = Field(min_length=1, max_length=4096)

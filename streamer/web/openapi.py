@@ -108,6 +108,9 @@ def _paths() -> dict[str, PathItem]:
             get=_op("This document", {"200": _json(Schema(type="object"))})
         ),
         "/api/info": PathItem(get=_op("What the pages need to know", {"200": _json(m.Info)})),
+        "/api/shards": PathItem(
+            get=_op("This replica and which replica runs each camera", {"200": _json(m.Shards)})
+        ),
         "/api/session": PathItem(
             get=_op(
                 "Whether a login is needed, and whether this browser has one",

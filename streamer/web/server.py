@@ -7,6 +7,7 @@ Routes (every one behind the token when one is configured):
   (:mod:`streamer.web.sessions`);
 * ``GET /api/openapi.json``: this API in OpenAPI 3.1 (:mod:`streamer.web.openapi`);
   ``GET /api/info``: what the pages need to know (login, history, cameras, labels);
+  ``GET /api/shards``: this replica (``I/N``) and which replica runs each camera;
 * ``GET /api/cameras``, ``GET /api/cameras/{name}``: status, health in words, fps
   configured and answered, last error, the plates of the latest recognised frame, the
   stream URLs;
@@ -58,7 +59,14 @@ from streamer.config import CAMERA_NAME_PATTERN, WebConfig
 from streamer.domain.picture_links import PictureLinks
 from streamer.ops.listener import Listener
 from streamer.web import auth, mjpeg, openapi, pages
-from streamer.web.api_models import Camera, Info, ReloadOutcome, SessionDescription, dump
+from streamer.web.api_models import (
+    Camera,
+    Info,
+    ReloadOutcome,
+    SessionDescription,
+    Shards,
+    dump,
+)
 from streamer.web.errors import PROBLEM, json_error, problem_text, problems
 from streamer.web.feed import JPEG_QUALITY, CameraFeed, Pace
 from streamer.web.history import HistoryRoutes
@@ -142,6 +150,7 @@ class WebServer:
         SessionRoutes(self._token, self.sessions).add_to(app.router)
         app.router.add_get("/api/openapi.json", self._openapi)
         app.router.add_get("/api/info", self._info)
+        app.router.add_get("/api/shards", self._shards)
         app.router.add_get("/api/events/live", self.live.stream)  # before /api/events/{id}
         app.router.add_get("/api/cameras", self._cameras)
         app.router.add_get("/api/cameras/{name}", self._camera)
@@ -232,6 +241,9 @@ class WebServer:
             "labels": self.view.labels(),
         }
         return web.json_response(dump(Info, info))
+
+    async def _shards(self, request: web.Request) -> web.Response:
+        return web.json_response(dump(Shards, self.view.shards()))
 
     def _camera_dict(self, status: CameraStatus) -> dict[str, Any]:
         snapshot = self.view.snapshot(status.name)

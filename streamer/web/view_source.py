@@ -65,6 +65,11 @@ class ViewSource(Protocol):
         """The known-plate lists (labels), global and per camera."""
         ...
 
+    def shards(self) -> dict[str, Any]:
+        """This replica (``shard``: ``I/N``) and which replica runs each enabled camera of
+        the config (``cameras``: name -> index)."""
+        ...
+
     def history(self) -> EventStore | None:
         """The event history to search, when the service keeps one (``storage:``)."""
         ...

@@ -13,9 +13,12 @@ import pytest
 
 from streamer.config import MqttConfig
 from streamer.delivery import home_assistant as ha
+from streamer.delivery.outbox_sink import create_outbox_sink
 from streamer.ops.metrics import Metrics
+from streamer.pipeline.shards import Shard, owner
 from tests.mqtt_broker import Broker, publish, retained
 from tests.streamer.delivery.test_mqtt_delivery import mqtt_settings, open_mqtt_sink
+from tests.streamer.delivery.webhook_setup import FAST
 from tests.webhook_receiver import eventually, make_event
 
 # Home Assistant's documented keys (https://www.home-assistant.io/integrations/sensor.mqtt/,
@@ -131,3 +134,42 @@ async def test_retained_configs_appear_and_go_with_their_camera(tmp_path: Path) 
 def topics_of(sink: Any, *cameras: str) -> set[str]:
     config = sink.deliverers[0].config
     return {topic for camera in cameras for topic in ha.config_topics(config, camera)}
+
+
+async def test_replicas_announce_their_own_cameras_each_with_its_own_status(
+    tmp_path: Path,
+) -> None:
+    with Broker(tmp_path / "broker") as broker:
+        broker.start()
+        sinks = []
+        try:
+            for index in range(2):
+                settings = mqtt_settings(tmp_path / f"r{index}", broker, client_id=f"lpr-{index}")
+                sink = await create_outbox_sink(settings, Metrics(), shard=Shard(index, 2), **FAST)
+                assert sink is not None
+                sinks.append(sink)
+            everything = topics_of(sinks[0], "gate", "yard", "exit")
+            await eventually(
+                lambda: set(retained(broker, "homeassistant/#")) == everything, 10, "announced"
+            )
+            held = retained(broker, "#")
+            assert held["lpr/status/0"] == held["lpr/status/1"] == b"online"
+            assert "lpr/status" not in held
+            for topic in everything:
+                config = json.loads(held[topic])
+                camera = ha.camera_of(sink_config(sinks[0]), topic)
+                assert camera is not None
+                assert config["availability_topic"] == f"lpr/status/{owner(camera, 2)}"
+            await sinks[0].close()  # one replica stops: only its cameras go unavailable
+            assert retained(broker, "lpr/status/+") == {
+                "lpr/status/0": b"offline",
+                "lpr/status/1": b"online",
+            }
+            assert set(retained(broker, "homeassistant/#")) == everything  # none cleared
+        finally:
+            for sink in sinks:
+                await sink.close()
+
+
+def sink_config(sink: Any) -> MqttConfig:
+    return sink.deliverers[0].config

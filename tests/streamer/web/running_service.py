@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 from converters import assets
 from streamer.app import Service
 from streamer.config import load_config
+from streamer.pipeline.shards import Shard
 from tests.webhook_receiver import Receiver
 
 T = TypeVar("T")
@@ -55,10 +56,15 @@ def clip_service_config(triton_url: str, secret: str) -> str:
 
 @contextlib.contextmanager
 def running_service(
-    config_path: Path, config_text: str, secret: str, timeout_s: float = 120
+    config_path: Path,
+    config_text: str,
+    secret: str,
+    timeout_s: float = 120,
+    shard: Shard | None = None,
 ) -> Iterator[RunningService]:
     """The service of ``config_text`` (``{receiver}``: the webhook receiver's URL, which
-    verifies with ``secret``), until the block ends."""
+    verifies with ``secret``), as replica ``shard`` (default: the only one), until the block
+    ends."""
     started: concurrent.futures.Future[RunningService] = concurrent.futures.Future()
     stop = threading.Event()
 
@@ -67,7 +73,7 @@ def running_service(
         try:
             text = config_text.replace("{receiver}", receiver.url)
             await asyncio.to_thread(config_path.write_text, text)
-            service = Service(load_config(config_path), config_path=config_path)
+            service = Service(load_config(config_path), config_path=config_path, shard=shard)
             run = asyncio.create_task(service.run())
             loop = asyncio.get_running_loop()
             # (polled: the service sets web.port as it starts, and signals nothing)
