@@ -30,6 +30,7 @@ It subscribes to the retained ``last`` messages too: an erasure of a plate
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -42,7 +43,11 @@ import aiomqtt
 from streamer.config import MQTT_TARGET, MqttConfig
 from streamer.delivery import home_assistant as ha
 from streamer.delivery.deliverer import Outcome, OutcomeKind
-from streamer.delivery.mqtt_connection import MqttConnection, MqttUnavailableError
+from streamer.delivery.mqtt_connection import (
+    GOODBYE_TIMEOUT_S,
+    MqttConnection,
+    MqttUnavailableError,
+)
 from streamer.delivery.outbox_sql import PendingDelivery
 from streamer.delivery.publisher import payload_texts
 from streamer.delivery.retry import backoff_delay
@@ -128,9 +133,19 @@ class MqttDeliverer:
         )
 
     async def close(self) -> None:
-        """Stop the connection: ``offline`` is published, then it disconnects."""
+        """Stop the connection: ``offline`` is published, then it disconnects; bounded, so
+        that a broker that does not answer cannot hold up the service's stop."""
         if self._supervisor is not None:
-            await self._supervisor.stop(CONNECTION_PART)
+            bound = GOODBYE_TIMEOUT_S + 2 * self.config.timeout_s
+            try:
+                async with asyncio.timeout(bound):
+                    await self._supervisor.stop(CONNECTION_PART)
+            except TimeoutError:
+                LOG.warning(
+                    "mqtt %s: the connection did not close within %.0f s; left behind",
+                    self.config.broker,
+                    bound,
+                )
 
     @property
     def parts(self) -> tuple[str, ...]:
@@ -164,8 +179,9 @@ class MqttDeliverer:
             held = self._last.get(camera, {}).get("event_id", pass_id)
             if payload.get("version", 1) == 1 or held == pass_id:
                 last = ha.camera_topic(self.config, camera, "last")
-                await connection.publish(last, body, retain=True)
+                # Known before the broker has it: an erasure meanwhile clears it all the same.
                 self._last[camera] = payload
+                await connection.publish(last, body, retain=True)
             if self.config.alerts and payload.get("alert"):
                 await connection.publish(ha.camera_topic(self.config, camera, "alert"), body)
         except MqttUnavailableError as exc:
