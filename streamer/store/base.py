@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -186,3 +188,29 @@ def search_conditions(query: EventQuery, texts: list[str]) -> tuple[list[str], l
         where.append("p.first_seen < ?")
         args.append(query.before)
     return where, args
+
+
+def search_statement(query: EventQuery, texts: list[str]) -> tuple[str, list[Any], int]:
+    """The whole search of ``query`` on the passes (``?`` marks an argument), its arguments
+    and the page size; one more row than the page is asked for, to know whether another page
+    follows (:func:`page_of`). ``texts``: every distinct plate text, for a fuzzy search."""
+    limit = max(1, min(query.limit, MAX_LIMIT))
+    where, args = search_conditions(query, texts)
+    if query.cursor:
+        where.append("p.seq < ?")
+        args.append(decode_cursor(query.cursor))
+    sql = (
+        "SELECT p.seq, p.event_id, p.payload, pic.frame IS NOT NULL FROM passes p "
+        "LEFT JOIN pictures pic ON pic.event_id = p.event_id"
+    )
+    if where:
+        sql += " WHERE " + " AND ".join(where)
+    return sql + " ORDER BY p.seq DESC LIMIT ?", [*args, limit + 1], limit
+
+
+def page_of(rows: Sequence[Sequence[Any]], limit: int) -> Page:
+    """The page of a :func:`search_statement`'s rows (seq, event id, payload, has frame)."""
+    events = [StoredEvent(r[1], r[0], json.loads(r[2]), [], bool(r[3])) for r in rows]
+    more = len(events) > limit
+    events = events[:limit]
+    return Page(events, encode_cursor(events[-1].seq) if more else None)

@@ -35,15 +35,14 @@ import asyncpg
 from streamer.delivery.events import PlateEvent
 from streamer.ops.redact import redact_text, redact_url
 from streamer.store.base import (
-    MAX_LIMIT,
     EventQuery,
     Page,
     StoredEvent,
     StoreError,
     decode_cursor,
-    encode_cursor,
     normalise_plate,
-    search_conditions,
+    page_of,
+    search_statement,
 )
 
 LOG = logging.getLogger(__name__)
@@ -295,29 +294,15 @@ class PostgresEventStore:
         return await self._call(get, "get")
 
     async def search(self, query: EventQuery) -> Page:
-        limit = max(1, min(query.limit, MAX_LIMIT))
-        below = decode_cursor(query.cursor) if query.cursor else None
+        if query.cursor:
+            decode_cursor(query.cursor)  # a bad cursor is the caller's error, not the database's
 
         async def search(conn: asyncpg.Connection) -> Page:
             texts: list[str] = []
             if query.fuzzy and query.plate:
                 texts = [r[0] for r in await conn.fetch("SELECT DISTINCT text FROM passes")]
-            where, args = search_conditions(query, texts)
-            if below is not None:
-                where.append("p.seq < ?")
-                args.append(below)
-            sql = (
-                "SELECT p.seq, p.event_id, p.payload, pic.frame IS NOT NULL FROM passes p "
-                "LEFT JOIN pictures pic ON pic.event_id = p.event_id"
-            )
-            if where:
-                sql += " WHERE " + " AND ".join(where)
-            sql += " ORDER BY p.seq DESC LIMIT ?"
-            rows = await conn.fetch(numbered(sql), *args, limit + 1)
-            events = [StoredEvent(r[1], r[0], json.loads(r[2]), [], bool(r[3])) for r in rows]
-            more = len(events) > limit
-            events = events[:limit]
-            return Page(events, encode_cursor(events[-1].seq) if more else None)
+            sql, args, limit = search_statement(query, texts)
+            return page_of(await conn.fetch(numbered(sql), *args), limit)
 
         return await self._call(search, "search")
 

@@ -26,15 +26,14 @@ from typing import Any, TypeVar
 from streamer.delivery.events import PlateEvent
 from streamer.ops.sqlite_file import open_wal
 from streamer.store.base import (
-    MAX_LIMIT,
     EventQuery,
     Page,
     StoredEvent,
     StoreError,
     decode_cursor,
-    encode_cursor,
     normalise_plate,
-    search_conditions,
+    page_of,
+    search_statement,
 )
 
 LOG = logging.getLogger(__name__)
@@ -302,28 +301,13 @@ class SQLiteEventStore:
         return await self._call(get, "get")
 
     async def search(self, query: EventQuery) -> Page:
-        limit = max(1, min(query.limit, MAX_LIMIT))
-        below = decode_cursor(query.cursor) if query.cursor else None
+        if query.cursor:
+            decode_cursor(query.cursor)  # a bad cursor is the caller's error, not the database's
 
         def search(conn: sqlite3.Connection) -> Page:
-            where, args = search_conditions(
-                query, self._distinct_texts(conn) if query.fuzzy else []
-            )
-            if below is not None:
-                where.append("p.seq < ?")
-                args.append(below)
-            sql = (
-                "SELECT p.seq, p.event_id, p.payload, pic.frame IS NOT NULL FROM passes p "
-                "LEFT JOIN pictures pic ON pic.event_id = p.event_id"
-            )
-            if where:
-                sql += " WHERE " + " AND ".join(where)
-            sql += " ORDER BY p.seq DESC LIMIT ?"
-            rows = conn.execute(sql, [*args, limit + 1]).fetchall()
-            events = [StoredEvent(r[1], r[0], json.loads(r[2]), [], bool(r[3])) for r in rows]
-            more = len(events) > limit
-            events = events[:limit]
-            return Page(events, encode_cursor(events[-1].seq) if more else None)
+            texts = self._distinct_texts(conn) if query.fuzzy else []
+            sql, args, limit = search_statement(query, texts)
+            return page_of(conn.execute(sql, args).fetchall(), limit)
 
         return await self._call(search, "search")
 
