@@ -48,6 +48,24 @@ def _serve(repository: Path) -> Iterator[EmbeddedTriton]:
         server.stop()
 
 
+@pytest.fixture(autouse=True)
+def _logging_as_it_was() -> Iterator[None]:
+    """Restore the root logger after a test that ran a CLI command in this process.
+
+    The CLI's ``setup_logging`` points the root logger at the ``sys.stderr`` of its moment
+    (pytest's capture of that test). Left in place, every later record went to that closed
+    file: a "Logging error" traceback per record, held in the next tests' captured output
+    (it grew the overload test's memory) and slowing them.
+    """
+    root = logging.getLogger()
+    before, level = list(root.handlers), root.level
+    yield
+    for handler in list(root.handlers):  # pytest's own handlers come and go by themselves
+        if handler not in before and not type(handler).__module__.startswith("_pytest"):
+            root.removeHandler(handler)
+    root.setLevel(level)
+
+
 @pytest.fixture(scope="session")
 def repository_server() -> Iterator[EmbeddedTriton]:
     """One CPU Triton for the session, on ``model_repository/`` as `make models` built it."""

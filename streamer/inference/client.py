@@ -136,6 +136,8 @@ class PlateRecognizer:
         self._generation = 0  # one per stream opened
         self._reset_reason: str | None = None
         self._opened = False  # the current stream got as far as open
+        #: Why the stream is not open (its last failure), None while it is.
+        self.problem: str | None = "not connected yet"
         #: The current run of frames the model answered with errors.
         self.model_errors = ModelErrors(model, url)
 
@@ -279,6 +281,7 @@ class PlateRecognizer:
             else:
                 reason = "stream ended"
             self._connected.clear()
+            self.problem = reason
             self._fail_all(f"Triton stream lost: {reason}")
             # Once per loss (and for the first failure to connect), not once per retry.
             log = LOG.warning if self._opened or first else LOG.debug
@@ -299,6 +302,7 @@ class PlateRecognizer:
             self._outbox_ready.set()  # wakes the old stream's iterator, which then ends
             call = client.stream_infer(self._requests(self._generation))
             self._connected.set()
+            self.problem = None
             self._opened = True
             LOG.info("Triton stream to %s open (model %s ready)", self.url, self.model)
             watchdog = asyncio.create_task(self._watch_overdue(call), name="triton-overdue")

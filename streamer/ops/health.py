@@ -31,13 +31,16 @@ def liveness(supervisor: Supervisor) -> Report:
 
 def triton_state(recognizer: PlateRecognizer | None, watchdog: TritonWatchdog | None) -> str:
     """``ready``, ``restarting`` (the embedded server), ``model ... failing: ...`` or
-    ``unavailable``."""
+    ``unavailable: <why>`` (the stream's last failure, e.g. the model is not ready)."""
     ready = recognizer is not None and recognizer.ready
     if watchdog is not None and watchdog.state == "restarting":
         return "restarting"
     if recognizer is not None and ready and recognizer.model_failing:
         return f"model {recognizer.model} failing: {recognizer.last_model_error}"
-    return "ready" if ready else "unavailable"
+    if ready:
+        return "ready"
+    why = recognizer.problem if recognizer is not None else None
+    return f"unavailable: {why}" if why else "unavailable"
 
 
 def readiness(

@@ -1,9 +1,8 @@
 """A target's worker against a real HTTP receiver on 127.0.0.1 (tests/webhook_receiver.py):
 per-camera order, each event once after an outage, targets independent, woken by a
-re-drive. Nothing is mocked. The acceptance test with the receiver down for 60 s takes
-a minute (``LPR_TEST_WEBHOOK_DOWN_S`` shortens it for a quick local run); the others
-take a few seconds at most.
-"""
+re-drive. Nothing is mocked. The outage test keeps the receiver down 20 s in the suite
+(the acceptance's 60 s with ``LPR_TEST_WEBHOOK_DOWN_S=60``: the backoff is capped at 2 s,
+so a longer outage only adds more of the same retries); the others take a few seconds."""
 
 from __future__ import annotations
 
@@ -31,7 +30,7 @@ from tests.webhook_receiver import (
     new_secret,
 )
 
-DOWN_S = float(os.environ.get("LPR_TEST_WEBHOOK_DOWN_S", "60"))
+DOWN_S = float(os.environ.get("LPR_TEST_WEBHOOK_DOWN_S", "20"))
 #: Options for the sink in tests: look at the outbox often, close quickly.
 
 
@@ -92,7 +91,7 @@ async def receiver_down_then_back(tmp_path: Path, down_s: float) -> dict[str, fl
     return {"catch_up_s": catch_up}
 
 
-async def test_receiver_down_for_60_s_then_back_gets_all_50_once_in_order(
+async def test_receiver_down_then_back_gets_all_50_once_in_order(
     tmp_path: Path,
 ) -> None:
     timings = await receiver_down_then_back(tmp_path, DOWN_S)

@@ -1,8 +1,8 @@
 """Events from the outbox to a real Mosquitto broker (tests/mqtt_broker.py), checked with
 Mosquitto's own clients: topics and payloads, retained ``last`` and ``status``, the will,
 nothing lost while the broker is down (20 s in the suite; the acceptance's 60 s with
-``LPR_TEST_MQTT_DOWN_S=60``: the webhook test of the same outage already takes a minute) or
-after a kill -9, per-camera order, a refused password, TLS, MQTT 3.1.1."""
+``LPR_TEST_MQTT_DOWN_S=60``, as the webhook outage test) or after a kill -9, per-camera
+order, a refused password, TLS, MQTT 3.1.1."""
 
 from __future__ import annotations
 

@@ -167,6 +167,8 @@ async def test_a_replaced_webhook_sink_loses_no_event(tmp_path: Path, receiver: 
         ids = [p.event_id for p in passes]
         await eventually(lambda: len(receiver.delivered_ids("/hook/crm")) == len(ids), 20, "all")
         assert sorted(receiver.delivered_ids("/hook/crm")) == sorted(ids)  # once each
+        # The two targets are delivered independently: wait for the new one's last event too.
+        await eventually(lambda: ids[-1] in receiver.delivered_ids("/hook/erp"), 20, "erp")
         after = receiver.delivered_ids("/hook/erp")
         assert after and set(after) < set(ids) and ids[-1] in after
         assert not publisher.failing  # the closed sink was never given an event

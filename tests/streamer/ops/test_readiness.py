@@ -1,5 +1,11 @@
-"""/readyz tells the truth: a model unloaded on an external Triton makes the service not
-ready, naming the model, with one WARNING; loaded again, it is ready and answers resume."""
+"""/readyz tells the truth: when the model answers errors on an external Triton (its detector
+unloaded), the service is not ready, naming the model, with one WARNING; once the detector
+is loaded again, it is ready and answers resume.
+
+The detector, not ``plate_recognition`` itself: Triton 2.51 aborts (a gRPC assertion,
+``proto_buffer_writer.h: !byte_buffer->Valid()``) when the model a stream is answering is
+unloaded under it (seen 1 run in 2 here), and the test would measure that crash instead.
+"""
 
 from __future__ import annotations
 
@@ -20,6 +26,7 @@ from tests.polling import answering, until, until_status
 
 CLIP = assets.verify(assets.asset("yard_cam.ts"), assets.default_assets_dir())
 MODEL = "plate_recognition"
+DETECTOR = "detector"
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +41,7 @@ def explicit_triton() -> Iterator[EmbeddedTriton]:
         yield server
 
 
-async def test_an_unloaded_model_makes_the_service_not_ready_naming_it(
+async def test_a_failing_model_makes_the_service_not_ready_naming_it(
     tmp_path: Path,
     explicit_triton: EmbeddedTriton,
     caplog: pytest.LogCaptureFixture,
@@ -53,10 +60,10 @@ async def test_an_unloaded_model_makes_the_service_not_ready_naming_it(
         await until_status(readyz, 200, 30)
 
         with caplog.at_level(logging.WARNING, logger="streamer.inference.model_errors"):
-            await asyncio.to_thread(client.unload_model, MODEL)
+            await asyncio.to_thread(client.unload_model, DETECTOR)
             after, body = await until_status(readyz, 503, 60)
-            print(f"not ready {after:.1f} s after the model was unloaded: {body['triton']}")
-            assert body["triton"].startswith(f"model {MODEL} failing: ")
+            print(f"not ready {after:.1f} s after the detector was unloaded: {body['triton']}")
+            assert body["triton"].startswith(f"model {MODEL} failing: "), body
             # More failed frames, still one WARNING for the run of errors.
             failed = service.cameras["yard"].pipeline.stats.failed
             await until(
@@ -64,10 +71,15 @@ async def test_an_unloaded_model_makes_the_service_not_ready_naming_it(
                 60,
                 "more failed frames",
             )
-            warnings = [r for r in caplog.records if "answers errors" in r.getMessage()]
+            warnings = [
+                r
+                for r in caplog.records
+                if r.levelno == logging.WARNING and r.name.startswith("streamer.inference")
+            ]
             assert len(warnings) == 1, [r.getMessage() for r in warnings]
+            assert "answers errors" in warnings[0].getMessage()
 
-            await asyncio.to_thread(client.load_model, MODEL)
+            await asyncio.to_thread(client.load_model, DETECTOR)
             await until_status(readyz, 200, 120)
         answered = service.cameras["yard"].pipeline.stats.answered
         await until(
