@@ -279,7 +279,7 @@ async def _sample_timeline(
                 "t": time.monotonic(),
                 **processes,
                 "cameras": _per_camera(service),
-                "window_limit": recognizer.scheduler.window.limit if recognizer else None,
+                "window_limit": recognizer.window_limit if recognizer else None,
                 "recognizer": dataclasses.asdict(recognizer.stats) if recognizer else {},
             }
         )

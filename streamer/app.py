@@ -36,8 +36,7 @@ from streamer.delivery.outbox import OutboxError
 from streamer.delivery.outbox_sink import OutboxSink, create_outbox_sink, replace_outbox_sink
 from streamer.delivery.publisher import EventPublisher
 from streamer.domain.picture_links import PictureLinks, open_links
-from streamer.inference.client import PlateRecognizer
-from streamer.inference.scheduler import scheduler_for
+from streamer.inference.pool import TritonPool
 from streamer.ops import health, service_metrics
 from streamer.ops.metrics import Metrics
 from streamer.ops.reload import Plan, Reloader
@@ -102,7 +101,7 @@ class Service:
         self.triton: EmbeddedTriton | None = None
         self.watchdog: TritonWatchdog | None = None
         self.supervisor = Supervisor()
-        self.recognizer: PlateRecognizer | None = None
+        self.recognizer: TritonPool | None = None
         self.deliveries: OutboxSink | None = None  # webhooks and MQTT, from the outbox
         self.store: EventStore | None = None  # the event history (storage:)
         self.extra_sinks = tuple(extra_sinks)
@@ -197,21 +196,15 @@ class Service:
             except OSError as exc:
                 raise listen_error(exc, web.host, web.port, "web.port") from None
         triton = self.settings.triton
-        url = triton.url if triton.url is not None else await self._start_embedded_triton()
-        self.recognizer = PlateRecognizer(
-            url,
-            triton.model,
-            scheduler=scheduler_for(triton),
-            request_timeout_s=triton.request_timeout_s,
-            connect_timeout_s=triton.connect_timeout_s,
-        )
+        urls = triton.endpoints or (await self._start_embedded_triton(),)
+        self.recognizer = TritonPool(triton, urls)
         await self.recognizer.start(self.supervisor)
         try:
             await self.recognizer.wait_ready(triton.connect_timeout_s + 5)
         except TimeoutError:
             # Keep running: the stream reconnects in the background, /readyz says
             # not ready, and frames fail (counted) until Triton answers.
-            LOG.warning("Triton at %s is not ready yet; starting anyway, retrying", url)
+            LOG.warning("Triton at %s is not ready yet; starting anyway, retrying", ", ".join(urls))
 
         events = self.settings.events
         sinks: list[EventSink] = []

@@ -33,8 +33,54 @@ class TritonConfig(Section):
     url: str | None = Field(
         None,
         max_length=300,
-        description="host:port of a Triton gRPC endpoint; absent or empty: start an embedded "
-        "CPU Triton on model_repository.",
+        description="host:port of a Triton gRPC endpoint (a name with several addresses, such "
+        "as a Kubernetes headless Service, is one endpoint per address); absent or empty, "
+        "with no urls: start an embedded CPU Triton on model_repository.",
+    )
+    urls: tuple[str, ...] = Field(
+        (),
+        max_length=64,
+        description="Several Triton gRPC endpoints (host:port each), instead of url: cameras "
+        "are balanced over them and move to the others when one fails.",
+    )
+    resolve_interval_s: float = Field(
+        30.0,
+        ge=1,
+        le=3600,
+        description="Host names of url/urls are resolved again this often (endpoints that "
+        "appear or go away in DNS are added or removed).",
+    )
+    health_interval_s: float = Field(
+        1.0,
+        ge=0.1,
+        le=60,
+        description="Each endpoint's server and model readiness is checked this often.",
+    )
+    health_timeout_s: float = Field(
+        1.0, gt=0, le=60, description="A readiness check not answered within this fails."
+    )
+    recover_after_s: float = Field(
+        5.0,
+        ge=0,
+        le=600,
+        description="An endpoint back from a failure gets cameras again once it has been "
+        "healthy this long (doubled for each relapse while its cameras come back, up to 8x).",
+    )
+    rebalance_s: float = Field(
+        20.0,
+        ge=0,
+        le=3600,
+        description="Then its share of the cameras grows from none to full over this many "
+        "seconds, so that they move back a few at a time.",
+    )
+    keepalive_time_s: float = Field(
+        10.0, ge=1, le=3600, description="gRPC keepalive: a ping after this much silence."
+    )
+    keepalive_timeout_s: float = Field(
+        5.0,
+        ge=1,
+        le=600,
+        description="gRPC keepalive: a ping not answered within this closes the connection.",
     )
     model: str = Field(
         "plate_recognition",
@@ -95,6 +141,25 @@ class TritonConfig(Section):
     @classmethod
     def _check_url(cls, url: str | None) -> str | None:
         return _check_triton_url(url)
+
+    @field_validator("urls")
+    @classmethod
+    def _check_urls(cls, urls: tuple[str, ...], info: ValidationInfo) -> tuple[str, ...]:
+        if urls and info.data.get("url") is not None:
+            raise ValueError("set url or urls, not both")
+        for index, url in enumerate(urls):
+            try:
+                _check_triton_url(url)
+            except ValueError as exc:
+                raise ValueError(f"[{index}]: {exc}") from None
+            if url in urls[:index]:
+                raise ValueError(f"[{index}]: {quote(url)} is listed twice")
+        return urls
+
+    @property
+    def endpoints(self) -> tuple[str, ...]:
+        """The configured endpoints (url or urls); empty: the embedded Triton."""
+        return self.urls or ((self.url,) if self.url is not None else ())
 
     @field_validator("max_in_flight")
     @classmethod

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import tritonclient.grpc.aio as aioclient
-from tritonclient.grpc import InferResult
+from tritonclient.grpc import InferResult, KeepAliveOptions
 from tritonclient.grpc.service_pb2 import ModelStreamInferResponse
 
 from streamer.config import TritonConfig
@@ -112,8 +112,10 @@ class PlateRecognizer:
         overdue_grace_s: float | None = None,
         reconnect_initial_delay_s: float = 0.5,
         reconnect_max_delay_s: float = 10.0,
+        keepalive: KeepAliveOptions | None = None,
     ) -> None:
         self.url = url
+        self.keepalive = keepalive
         self.model = model
         # Default: the ``triton`` section's defaults (streamer/config/inference.py).
         self.scheduler = scheduler or scheduler_for(TritonConfig())
@@ -136,6 +138,7 @@ class PlateRecognizer:
         self._generation = 0  # one per stream opened
         self._reset_reason: str | None = None
         self._opened = False  # the current stream got as far as open
+        self._call: Any = None  # the open stream's call
         #: Why the stream is not open (its last failure), None while it is.
         self.problem: str | None = "not connected yet"
         #: The current run of frames the model answered with errors.
@@ -174,12 +177,12 @@ class PlateRecognizer:
         """Frames written to the stream and not answered yet (abandoned ones included)."""
         return sum(1 for r in self._requests_by_id.values() if r.sent_at is not None)
 
-    async def start(self, supervisor: Supervisor | None = None) -> None:
+    async def start(self, supervisor: Supervisor | None = None, part: str = "inference") -> None:
         """Open the stream in the background (it reconnects by itself); with ``supervisor``,
-        as its part ``inference`` (a bug that escapes the reconnect loop restarts it)."""
+        as its part ``part`` (a bug that escapes the reconnect loop restarts it)."""
         if self._task is None:
             if supervisor is not None:
-                self._task = supervisor.start("inference", self._run)
+                self._task = supervisor.start(part, self._run)
             else:
                 self._task = asyncio.create_task(self._run(), name="triton-stream")
 
@@ -199,6 +202,26 @@ class PlateRecognizer:
     async def acquire(self, camera: str) -> Permit:
         """Wait for ``camera``'s turn to send a frame (see :class:`FairScheduler`)."""
         return await self.scheduler.acquire(camera)
+
+    def set_weight(self, camera: str, weight: float) -> None:
+        self.scheduler.set_weight(camera, weight)
+
+    def forget(self, camera: str) -> None:
+        self.scheduler.forget(camera)
+
+    def held(self, camera: str) -> int:
+        return self.scheduler.held(camera)
+
+    def abandon(self, reason: str) -> None:
+        """Fail every frame of this endpoint now (its cameras moved to another one): those
+        waiting to be sent, and, by resetting the open stream, those at Triton. Nothing is
+        sent elsewhere: a frame is answered once or fails."""
+        for request in list(self._outbox):
+            self._fail(request, reason)
+        self._outbox.clear()
+        if self._call is not None and self._reset_reason is None:
+            self._reset_reason = reason
+            self._call.cancel()
 
     async def recognise(
         self, frame: Frame, permit: Permit | None = None
@@ -292,7 +315,7 @@ class PlateRecognizer:
             delay = min(delay * 2, self.reconnect_max_delay_s)
 
     async def _serve_one_stream(self) -> None:
-        client = aioclient.InferenceServerClient(self.url)
+        client = aioclient.InferenceServerClient(self.url, keepalive_options=self.keepalive)
         try:
             async with asyncio.timeout(self.connect_timeout_s):
                 if not await client.is_model_ready(self.model):
@@ -301,6 +324,7 @@ class PlateRecognizer:
             self._reset_reason = None
             self._outbox_ready.set()  # wakes the old stream's iterator, which then ends
             call = client.stream_infer(self._requests(self._generation))
+            self._call = call
             self._connected.set()
             self.problem = None
             self._opened = True
@@ -321,6 +345,7 @@ class PlateRecognizer:
             if self._reset_reason is not None:
                 raise InferenceError(self._reset_reason, "stream")
         finally:
+            self._call = None
             self._connected.clear()
             await client.close()
 

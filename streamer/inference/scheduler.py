@@ -186,6 +186,11 @@ class Permit:
     def released(self) -> bool:
         return self._released
 
+    @property
+    def scheduler(self) -> FairScheduler:
+        """The scheduler (of one endpoint) that granted it."""
+        return self._scheduler
+
     def release(self, latency_s: float | None = None, *, overloaded: bool = False) -> None:
         """Give the permit back; with the answer's latency when Triton answered."""
         if self._released:

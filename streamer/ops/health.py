@@ -2,7 +2,8 @@
 
 Liveness fails only when the process cannot make progress and will not recover by itself (a
 supervised part in a crash loop): an orchestrator should restart it. Readiness fails while
-Triton is unavailable, restarting or its model answers errors; while a sink or the outbox
+no Triton endpoint is available (with several, one is enough: the others' cameras moved to
+it), the embedded one restarts or the model answers errors; while a sink or the outbox
 fails; while a supervised part waits to restart; or when no camera delivers frames. Its body
 gives the reason per part.
 """
@@ -15,8 +16,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from streamer.delivery.events import EventSink
     from streamer.delivery.publisher import EventPublisher
-    from streamer.inference.client import PlateRecognizer
     from streamer.inference.embedded.watchdog import TritonWatchdog
+    from streamer.inference.pool import TritonPool
     from streamer.pipeline.cameras import Camera
     from streamer.pipeline.supervisor import Supervisor
 
@@ -29,7 +30,7 @@ def liveness(supervisor: Supervisor) -> Report:
     return not looping, ({"crash_loop": looping} if looping else {})
 
 
-def triton_state(recognizer: PlateRecognizer | None, watchdog: TritonWatchdog | None) -> str:
+def triton_state(recognizer: TritonPool | None, watchdog: TritonWatchdog | None) -> str:
     """``ready``, ``restarting`` (the embedded server), ``model ... failing: ...`` or
     ``unavailable: <why>`` (the stream's last failure, e.g. the model is not ready)."""
     ready = recognizer is not None and recognizer.ready
@@ -45,7 +46,7 @@ def triton_state(recognizer: PlateRecognizer | None, watchdog: TritonWatchdog | 
 
 def readiness(
     *,
-    recognizer: PlateRecognizer | None,
+    recognizer: TritonPool | None,
     watchdog: TritonWatchdog | None,
     supervisor: Supervisor,
     publisher: EventPublisher,
@@ -77,6 +78,7 @@ def readiness(
     delivering = sum(1 for c in cameras if c.source.stats.state == "connected")
     details: dict[str, object] = {
         "triton": triton,
+        "triton_endpoints": recognizer.states() if recognizer is not None else {},
         "cameras_delivering": delivering,
         "sinks": failing if failing else "ok",
         "cameras": by_camera,

@@ -4,6 +4,7 @@ ones the code increments as it goes: streamer/ops/metrics.py)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
@@ -12,8 +13,8 @@ from prometheus_client.core import Metric
 from streamer.ops.metrics import counter, gauge
 
 if TYPE_CHECKING:
-    from streamer.inference.client import PlateRecognizer
     from streamer.inference.embedded.watchdog import TritonWatchdog
+    from streamer.inference.pool import TritonPool
     from streamer.pipeline.cameras import Camera
     from streamer.pipeline.shards import Shard
     from streamer.pipeline.supervisor import Supervisor
@@ -40,7 +41,7 @@ _PER_CAMERA: dict[str, tuple[str, Callable[[Camera], float]]] = {
 }
 
 
-def camera_metrics(cameras: Iterable[Camera], recognizer: PlateRecognizer | None) -> list[Metric]:
+def camera_metrics(cameras: Iterable[Camera], recognizer: TritonPool | None) -> list[Metric]:
     """Per camera: frames by stage, drops and skips by reason, tracks, passes withheld."""
     cameras = list(cameras)
     families: list[Metric] = []
@@ -77,7 +78,7 @@ def camera_metrics(cameras: Iterable[Camera], recognizer: PlateRecognizer | None
         name, stats, passes = c.config.name, c.pipeline.stats, c.pipeline.passes
         dropped.add_metric([name, "backpressure"], c.queue.dropped + stats.superseded)
         dropped.add_metric([name, "inference_failed"], stats.failed)
-        held = recognizer.scheduler.held(name) if recognizer is not None else 0
+        held = recognizer.held(name) if recognizer is not None else 0
         in_flight.add_metric([name], held)
         tracks.add_metric([name], passes.active_tracks)
         up.add_metric([name], 1.0 if c.source.stats.state == "connected" else 0.0)
@@ -105,29 +106,32 @@ def part_metrics(supervisor: Supervisor, watchdog: TritonWatchdog | None) -> lis
     return [restarts, running]
 
 
-def inference_metrics(recognizer: PlateRecognizer | None) -> list[Metric]:
-    """The Triton stream and the shared window."""
-    ready = gauge("lpr_triton_ready", "1 while the stream to Triton is open.", [])
+def inference_metrics(recognizer: TritonPool | None) -> list[Metric]:
+    """The Triton streams and their windows: totals, and per endpoint."""
+    ready = gauge("lpr_triton_ready", "1 while the stream to a Triton endpoint is open.", [])
     ready.add_metric([], 1.0 if recognizer is not None and recognizer.ready else 0.0)
     if recognizer is None:
         return [ready]
-    scheduler, stats = recognizer.scheduler, recognizer.stats
+    stats = recognizer.stats
     window = gauge(
-        "lpr_inference_window", "Frames allowed at Triton at once (adaptive window).", []
+        "lpr_inference_window",
+        "Frames allowed at Triton at once (adaptive windows, every endpoint's summed).",
+        [],
     )
-    window.add_metric([], scheduler.window.limit)
+    window.add_metric([], recognizer.window_limit)
     held = gauge("lpr_inference_in_flight", "Inference permits held now (all cameras).", [])
-    held.add_metric([], scheduler.in_flight)
+    held.add_metric([], recognizer.in_flight)
     at_triton = gauge("lpr_inference_at_triton", "Frames written to Triton, unanswered.", [])
     at_triton.add_metric([], recognizer.at_triton)
     waiting = gauge("lpr_inference_waiting_cameras", "Cameras waiting for a permit.", [])
-    waiting.add_metric([], scheduler.waiting)
+    waiting.add_metric([], recognizer.waiting)
     no_load = gauge(
         "lpr_inference_no_load_latency_seconds",
-        "Minimum latency of recent answers: the window's reference.",
+        "Minimum latency of recent answers: the windows' reference (the lowest endpoint's).",
         [],
     )
-    no_load.add_metric([], scheduler.window.no_load_latency_s or 0.0)
+    latencies = [e.client.scheduler.window.no_load_latency_s for e in recognizer.endpoints.values()]
+    no_load.add_metric([], min((x for x in latencies if x), default=0.0))
     late = counter(
         "lpr_inference_late_answers",
         "Answers that came after their frame's deadline (discarded).",
@@ -140,7 +144,54 @@ def inference_metrics(recognizer: PlateRecognizer | None) -> list[Metric]:
         [],
     )
     resets.add_metric([], stats.resets)
-    return [ready, window, held, at_triton, waiting, no_load, late, resets]
+    return [
+        ready,
+        window,
+        held,
+        at_triton,
+        waiting,
+        no_load,
+        late,
+        resets,
+        *endpoint_metrics(recognizer),
+    ]
+
+
+def endpoint_metrics(pool: TritonPool) -> list[Metric]:
+    """Per Triton endpoint: health, cameras, window; and the cameras moved between them."""
+    labels = ["endpoint"]
+    healthy = gauge(
+        "lpr_triton_endpoint_healthy",
+        "1 while the endpoint's stream is open, its readiness check passes and its model answers.",
+        labels,
+    )
+    share = gauge(
+        "lpr_triton_endpoint_share",
+        "The endpoint's share of its fair part of the cameras (0 down, rising while it "
+        "recovers, 1 serving).",
+        labels,
+    )
+    cameras = gauge("lpr_triton_endpoint_cameras", "Cameras assigned to the endpoint.", labels)
+    window = gauge("lpr_triton_endpoint_window", "The endpoint's adaptive window.", labels)
+    failures = counter(
+        "lpr_triton_endpoint_failures", "Times the endpoint was found unhealthy.", labels
+    )
+    now = time.monotonic()
+    for url, endpoint in pool.endpoints.items():
+        healthy.add_metric([url], 1.0 if endpoint.ok else 0.0)
+        share.add_metric([url], endpoint.share.share(now))
+        cameras.add_metric([url], len(pool.cameras_of(url)))
+        window.add_metric([url], endpoint.client.scheduler.window.limit)
+        failures.add_metric([url], endpoint.share.failures)
+    moves = counter(
+        "lpr_triton_camera_moves",
+        "Cameras moved from one Triton endpoint to another, by reason: failover (it failed) "
+        "or rebalance (one recovered or was added).",
+        ["reason"],
+    )
+    for reason, count in pool.moves.items():
+        moves.add_metric([reason], count)
+    return [healthy, share, cameras, window, failures, moves]
 
 
 def shard_metric(shard: Shard, cameras: Iterable[str]) -> Metric:

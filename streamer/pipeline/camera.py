@@ -30,7 +30,13 @@ LOG = logging.getLogger(__name__)
 
 
 class Inference(Protocol):
-    """What a pipeline needs of the inference client (streamer.inference.client.PlateRecognizer)."""
+    """What the cameras need of the inference client: the service's
+    :class:`~streamer.inference.pool.TritonPool`, or one endpoint's
+    :class:`~streamer.inference.client.PlateRecognizer`."""
+
+    def set_weight(self, camera: str, weight: float) -> None: ...
+
+    def forget(self, camera: str) -> None: ...
 
     async def acquire(self, camera: str) -> Permit: ...
 

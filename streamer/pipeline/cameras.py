@@ -18,12 +18,11 @@ from dataclasses import dataclass, field
 from typing import TextIO
 
 from streamer.config import CameraConfig, Settings
-from streamer.inference.client import PlateRecognizer
 from streamer.ingest.frame_queue import FrameQueue
 from streamer.ingest.motion import MotionGate
 from streamer.ingest.source import CameraSource
 from streamer.ops.metrics import Metrics
-from streamer.pipeline.camera import CameraPipeline, OnPasses, OnResult
+from streamer.pipeline.camera import CameraPipeline, Inference, OnPasses, OnResult
 from streamer.pipeline.camera_health import RateMeter, describe
 from streamer.pipeline.supervisor import Supervisor
 from streamer.tracking.known_plates import KnownPlates
@@ -97,7 +96,7 @@ class Cameras(Mapping[str, Camera]):
         """``on_passes`` takes the passes a pipeline decides; ``submit`` the passes flushed
         here when a pipeline had to be cancelled (it must not wait). The inference client
         (``recognizer``) is set once the service has connected it, before the first start."""
-        self.recognizer: PlateRecognizer | None = None
+        self.recognizer: Inference | None = None
         self.supervisor = supervisor
         self.metrics = metrics
         self.on_passes = on_passes
@@ -119,7 +118,7 @@ class Cameras(Mapping[str, Camera]):
     def build(self, config: CameraConfig, settings: Settings) -> Camera:
         if self.recognizer is None:
             raise RuntimeError("cameras start once the inference client is connected")
-        self.recognizer.scheduler.set_weight(config.name, config.weight)
+        self.recognizer.set_weight(config.name, config.weight)
         live = not config.is_file or config.realtime
         # Live sources drop the oldest waiting frame when inference falls behind;
         # files played as fast as possible wait instead, so no frame is lost.
@@ -193,7 +192,7 @@ class Cameras(Mapping[str, Camera]):
         for camera in stopping if forget else ():
             await self.supervisor.remove(camera.part)
             if self.recognizer is not None:
-                self.recognizer.scheduler.forget(camera.config.name)
+                self.recognizer.forget(camera.config.name)
             del self.running[camera.config.name]
 
     def reconfigure(self, settings: Settings) -> None:

@@ -132,7 +132,7 @@ async def test_eight_cameras_overload_degrades_gracefully(
         nonlocal peak_window
         while True:
             if service.recognizer is not None:
-                peak_window = max(peak_window, service.recognizer.scheduler.window.limit)
+                peak_window = max(peak_window, service.recognizer.window_limit)
             await asyncio.sleep(0.01)
 
     watcher = asyncio.create_task(watch_window())
@@ -142,7 +142,7 @@ async def test_eight_cameras_overload_degrades_gracefully(
         while service.recognizer is None or not service.recognizer.ready:
             assert not runner.done(), runner.exception() if runner.done() else None
             await asyncio.sleep(0.2)
-        scheduler = service.recognizer.scheduler
+        pool = service.recognizer
         for tick in range(120):  # 60 s: about seven loops of the 8 s clip per camera
             await asyncio.sleep(0.5)
             assert not runner.done(), runner.exception() if runner.done() else None
@@ -151,7 +151,7 @@ async def test_eight_cameras_overload_degrades_gracefully(
             assert pending <= peak_window <= settings.triton.max_in_flight, (pending, peak_window)
             for name, camera in service.cameras.items():
                 assert camera.queue.qsize() <= camera.queue.maxsize
-                assert scheduler.held(name) <= settings.triton.max_in_flight_per_camera
+                assert pool.held(name) <= settings.triton.max_in_flight_per_camera
             if tick % 20 == 19:
                 rss.append(_live_rss(process))
                 answered_at.append(sum(c.pipeline.stats.answered for c in service.cameras.values()))

@@ -1,0 +1,179 @@
+"""Cameras over two real CPU Tritons (streamer/inference/pool.py): a ``kill -9`` of one moves
+its cameras to the other within 5 s, no frame is answered twice (each Triton answered
+exactly the frames the pool says it did), and restarted, it gets its cameras back a few at
+a time, each camera moving once away and once back."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import time
+import urllib.request
+from collections import Counter
+
+import cv2
+import numpy as np
+import pytest
+
+from converters import assets
+from converters.paths import MODEL_REPOSITORY
+from streamer.config import TritonConfig
+from streamer.domain.frames import Frame
+from streamer.inference.client import InferenceError
+from streamer.inference.embedded.server import EmbeddedTriton
+from streamer.inference.pool import TritonPool
+
+FAILOVER_S = 5.0
+
+
+def _car() -> np.ndarray:
+    path = assets.verify(assets.asset("car.jpg"), assets.default_assets_dir())
+    return cv2.resize(cv2.imread(str(path)), (640, 360), interpolation=cv2.INTER_AREA)
+
+
+def _successes(server: EmbeddedTriton) -> int:
+    """Requests ``plate_recognition`` answered successfully, from Triton's own metrics."""
+    with urllib.request.urlopen(server.metrics_url, timeout=5) as response:
+        for line in response.read().decode().splitlines():
+            if line.startswith('nv_inference_request_success{model="plate_recognition"'):
+                return int(float(line.rsplit(" ", 1)[1]))
+    return 0
+
+
+class Feeder:
+    """Cameras sending a frame every ``period_s`` through the pool; every outcome recorded
+    with the endpoint whose permit the frame held."""
+
+    def __init__(self, pool: TritonPool, cameras: list[str], period_s: float = 0.25) -> None:
+        self.pool, self.cameras, self.period_s = pool, cameras, period_s
+        self.answers: list[tuple[str, str, float]] = []  # camera, endpoint, monotonic
+        self.failures: list[tuple[str, str]] = []
+        self._image = _car()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stopping = False
+
+    def start(self) -> None:
+        self._tasks = [asyncio.create_task(self._feed(c)) for c in self.cameras]
+
+    async def stop(self) -> None:
+        """Each camera finishes the frame it has at Triton (so every answer is recorded)."""
+        self._stopping = True
+        _, late = await asyncio.wait(self._tasks, timeout=60)
+        for task in late:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _feed(self, camera: str) -> None:
+        index = 0
+        while not self._stopping:
+            index += 1
+            permit = await self.pool.acquire(camera)
+            endpoint = next(
+                u for u, e in self.pool.endpoints.items() if e.client.scheduler is permit.scheduler
+            )
+            frame = Frame(camera, index, index / 4, time.time(), time.monotonic(), self._image)
+            try:
+                await self.pool.recognise(frame, permit)
+            except InferenceError as exc:
+                self.failures.append((camera, str(exc)))
+            else:
+                self.answers.append((camera, endpoint, time.monotonic()))
+            await asyncio.sleep(self.period_s)
+
+    def answered_via(self, endpoint: str) -> int:
+        return sum(1 for _, e, _ in self.answers if e == endpoint)
+
+
+async def _until(predicate, timeout_s: float, what: str) -> float:  # type: ignore[no-untyped-def]
+    start = time.monotonic()
+    while not predicate():
+        assert time.monotonic() - start < timeout_s, f"timed out waiting for {what}"
+        await asyncio.sleep(0.05)
+    return time.monotonic() - start
+
+
+async def test_kill_9_of_one_triton_moves_its_cameras_and_they_come_back(
+    triton_server: EmbeddedTriton, caplog: pytest.LogCaptureFixture
+) -> None:
+    second = EmbeddedTriton(MODEL_REPOSITORY)
+    await second.astart()
+    first_url, second_url = triton_server.grpc_url, second.grpc_url
+    config = TritonConfig(
+        urls=(first_url, second_url),
+        request_timeout_s=30,
+        health_interval_s=0.5,
+        recover_after_s=2,
+        rebalance_s=4,
+    )
+    pool = TritonPool(config, config.endpoints)
+    feeder: Feeder | None = None
+    caplog.set_level(logging.INFO, logger="streamer.inference.pool")
+    try:
+        await pool.start()
+        await _until(lambda: all(e.ok for e in pool.endpoints.values()), 60, "both healthy")
+        # Cameras until each endpoint has at least two (the ports, hence the hashes, vary).
+        cameras: list[str] = []
+        while min(len(pool.cameras_of(u)) for u in pool.endpoints) < 2:
+            cameras.append(f"cam-{len(cameras)}")
+            pool.set_weight(cameras[-1], 1.0)
+        moved = set(pool.cameras_of(second_url))
+        first_before = _successes(triton_server)
+        feeder = Feeder(pool, cameras)
+        feeder.start()
+        await _until(lambda: len({c for c, _, _ in feeder.answers}) == len(cameras), 60, "all")
+
+        os.kill(second.pid, signal.SIGKILL)  # type: ignore[arg-type]
+        killed_at = time.monotonic()
+
+        def answered_since_kill(camera: str) -> float | None:
+            times = [t for c, e, t in feeder.answers if c == camera and t > killed_at]
+            return min(times) - killed_at if times else None
+
+        await _until(
+            lambda: all(answered_since_kill(c) is not None for c in moved), 30, "moved answers"
+        )
+        failover = {c: answered_since_kill(c) for c in moved}
+        print(f"answered again through {first_url} after (s): {failover}")
+        assert max(failover.values()) < FAILOVER_S, failover  # type: ignore[type-var]
+        assert pool.cameras_of(first_url) == sorted(cameras)
+        assert pool.moves["failover"] == len(moved)
+        assert pool.endpoints[second_url].share.state(time.monotonic()) == "down"
+
+        # Back on the same port: after recover_after_s, its cameras return over rebalance_s.
+        await second.astop()  # reaps the killed server and the backend stubs it left
+        second = EmbeddedTriton(MODEL_REPOSITORY, grpc_port=int(second_url.rsplit(":", 1)[1]))
+        await second.astart()
+        back = await _until(lambda: pool.cameras_of(second_url), 60, "a camera back")
+        await _until(lambda: set(pool.cameras_of(second_url)) == moved, 30, "all back")
+        returned_at = time.monotonic()
+        await _until(
+            lambda: all(
+                any(
+                    c == camera and e == second_url and t > returned_at
+                    for c, e, t in feeder.answers
+                )
+                for camera in moved
+            ),
+            30,
+            "answers from the restarted Triton",
+        )
+        print(f"first camera back {back:.1f} s after the restart was ready")
+    finally:
+        if feeder is not None:
+            await feeder.stop()
+        await pool.close()
+        await second.astop()
+
+    # No frame answered twice: the surviving Triton answered exactly the frames the pool
+    # says it did (none of the killed one's frames was sent to it again).
+    assert _successes(triton_server) - first_before == feeder.answered_via(first_url)
+    # Each moved camera went away once and came back once; the others never moved.
+    moves = Counter(
+        r.getMessage().split()[1] for r in caplog.records if " moves from Triton " in r.getMessage()
+    )
+    assert moves == Counter({c: 2 for c in moved}), moves
+    assert pool.moves == {"failover": len(moved), "rebalance": len(moved)}
+    # The frames that failed were those the killed Triton held, and failed as such.
+    assert all("Triton" in why for _, why in feeder.failures), feeder.failures
