@@ -79,6 +79,33 @@ def triton_server(repository_server: EmbeddedTriton) -> EmbeddedTriton:
     return repository_server
 
 
+class SpareTriton:
+    """A second CPU Triton for the session, on one port throughout, for the tests that
+    kill -9 one of two: :meth:`running` gives it, started again if a test killed it."""
+
+    def __init__(self) -> None:
+        self.server: EmbeddedTriton | None = None
+        self.port: int | None = None
+
+    async def running(self) -> EmbeddedTriton:
+        if self.server is not None and self.server.running:
+            return self.server
+        if self.server is not None:
+            await self.server.astop()  # reaps a killed server and the stubs it left
+        self.server = EmbeddedTriton(MODEL_REPOSITORY, grpc_port=self.port)
+        await self.server.astart()
+        self.port = int(self.server.grpc_url.rsplit(":", 1)[1])
+        return self.server
+
+
+@pytest.fixture(scope="session")
+def spare_triton() -> Iterator[SpareTriton]:
+    spare = SpareTriton()
+    yield spare
+    if spare.server is not None:
+        spare.server.stop()
+
+
 @pytest.fixture(scope="session")
 def torchscript_repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A CPU repository serving TorchScript (``--runtime torchscript``, the default)."""

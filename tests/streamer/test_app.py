@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import ctypes
-import gc
 import itertools
 import json
 import os
@@ -19,7 +17,6 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-import psutil
 import pytest
 
 from converters import assets
@@ -118,13 +115,13 @@ async def test_eight_cameras_overload_degrades_gracefully(
 
     Before the shared window, every frame missed its deadline and stayed queued at Triton
     (0 answered in 54 s, memory growing). Now: frames are answered throughout, every
-    camera gets about its share, Triton never holds more than the window, nothing grows,
-    and Triton's queue is empty once the cameras stop.
+    camera gets about its share, Triton never holds more than the window and no queue
+    exceeds its bound, and Triton's queue is empty once the cameras stop. (Memory over
+    time is a benchmark figure: ``python -m bench.overload_memory``, docs/production.md.)
     """
     events_file = tmp_path / "events.jsonl"
     settings = load_config(_overload_config(tmp_path, triton_server.grpc_url, events_file))
     service = Service(settings)
-    process = psutil.Process()
     runner = asyncio.create_task(service.run())
     peak_window = 0
 
@@ -136,14 +133,13 @@ async def test_eight_cameras_overload_degrades_gracefully(
             await asyncio.sleep(0.01)
 
     watcher = asyncio.create_task(watch_window())
-    rss: list[int] = []
     answered_at: list[int] = []
     try:
         while service.recognizer is None or not service.recognizer.ready:
             assert not runner.done(), runner.exception() if runner.done() else None
             await asyncio.sleep(0.2)
         pool = service.recognizer
-        for tick in range(120):  # 60 s: about seven loops of the 8 s clip per camera
+        for tick in range(60):  # 30 s: about four loops of the 8 s clip per camera
             await asyncio.sleep(0.5)
             assert not runner.done(), runner.exception() if runner.done() else None
             pending, _ = await asyncio.to_thread(_triton_pending, triton_server.metrics_url)
@@ -153,7 +149,6 @@ async def test_eight_cameras_overload_degrades_gracefully(
                 assert camera.queue.qsize() <= camera.queue.maxsize
                 assert pool.held(name) <= settings.triton.max_in_flight_per_camera
             if tick % 20 == 19:
-                rss.append(_live_rss(process))
                 answered_at.append(sum(c.pipeline.stats.answered for c in service.cameras.values()))
     finally:
         service.request_stop()
@@ -170,8 +165,6 @@ async def test_eight_cameras_overload_degrades_gracefully(
         dropped = camera.queue.dropped + camera.pipeline.stats.superseded
         assert dropped > 0, f"{name} dropped nothing: not overloaded?"
     assert service.recognizer is not None and service.recognizer.stats.resets == 0
-    # Nothing piles up: after warm-up, memory stays flat.
-    assert max(rss[1:]) - rss[1] < 150 * 2**20, [r // 2**20 for r in rss]
     # Stopped: Triton's queues drain and it stops working for us.
     for _ in range(40):
         pending, executed = await asyncio.to_thread(_triton_pending, triton_server.metrics_url)
@@ -189,14 +182,6 @@ async def test_eight_cameras_overload_degrades_gracefully(
     assert "O567AM76" in {e["text"] for e in events}
     for event in events:  # the JPEG crop of the plate travels with the event
         assert base64.b64decode(event["crop_jpeg_base64"])[:2] == b"\xff\xd8"
-
-
-def _live_rss(process: psutil.Process) -> int:
-    """The process's RSS once garbage is collected and malloc has handed its free pages back
-    to the system: what is alive, not how fragmented the heap left by earlier tests is."""
-    gc.collect()
-    ctypes.CDLL("libc.so.6").malloc_trim(0)
-    return int(process.memory_info().rss)
 
 
 def _run_service_for(
@@ -337,10 +322,10 @@ def _damaged_variants(folder: Path, count: int, seed: int = 7) -> list[Path]:
     return paths
 
 
-async def test_fifty_damaged_clips_are_survived_and_their_valid_parts_used(
+async def test_damaged_clips_are_survived_and_their_valid_parts_used(
     tmp_path: Path, triton_server: EmbeddedTriton
 ) -> None:
-    variants = _damaged_variants(tmp_path, 50)
+    variants = _damaged_variants(tmp_path, 24)  # six of each kind of damage
     events_file = tmp_path / "events.jsonl"
     cameras = "\n".join(
         f"  - {{name: d{i:02d}, url: '{path}', sample_fps: 0.5, realtime: false}}"
@@ -364,7 +349,7 @@ async def test_fifty_damaged_clips_are_survived_and_their_valid_parts_used(
     answered = {n: c.pipeline.stats.answered for n, c in service.cameras.items()}
     plates = {n: c.pipeline.stats.plates for n, c in service.cameras.items()}
     # Frames kept flowing from (nearly) every damaged file...
-    assert sum(1 for n in answered.values() if n > 0) >= 45, answered
+    assert sum(1 for n in answered.values() if n > 0) >= 22, answered
     # ...and where the picture survived, the plate was read: garbage after the end
     # leaves every frame intact; a cut keeps the frames before it. (Flipped bytes
     # in the clip's only keyframe smear every later frame, so those may read nothing.)

@@ -11,14 +11,17 @@ import signal
 import time
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from converters import assets
-from converters.paths import MODEL_REPOSITORY
 from streamer.app import Service
 from streamer.config import load_config
 from streamer.inference.embedded.server import EmbeddedTriton
 from tests.polling import get_json, until
 from tests.webhook_receiver import Receiver, new_secret
+
+if TYPE_CHECKING:
+    from tests.conftest import SpareTriton
 
 CLIP = assets.verify(assets.asset("yard_cam.ts"), assets.default_assets_dir())
 CAMERAS = ["gate", "yard", "exit", "dock"]
@@ -43,10 +46,9 @@ def _config(path: Path, urls: list[str], receiver: Receiver) -> Path:
 
 
 async def test_a_killed_triton_s_cameras_go_on_through_the_other(
-    tmp_path: Path, triton_server: EmbeddedTriton
+    tmp_path: Path, triton_server: EmbeddedTriton, spare_triton: SpareTriton
 ) -> None:
-    second = EmbeddedTriton(MODEL_REPOSITORY)
-    await second.astart()
+    second = await spare_triton.running()
     receiver = await Receiver(new_secret()).start()
     urls = [triton_server.grpc_url, second.grpc_url]
     service = Service(load_config(_config(tmp_path / "two.yaml", urls, receiver)))
@@ -118,4 +120,3 @@ async def test_a_killed_triton_s_cameras_go_on_through_the_other(
         service.request_stop()
         await asyncio.wait_for(runner, 120)
         await receiver.stop()
-        await second.astop()

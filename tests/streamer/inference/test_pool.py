@@ -12,18 +12,21 @@ import signal
 import time
 import urllib.request
 from collections import Counter
+from typing import TYPE_CHECKING
 
 import cv2
 import numpy as np
 import pytest
 
 from converters import assets
-from converters.paths import MODEL_REPOSITORY
 from streamer.config import TritonConfig
 from streamer.domain.frames import Frame
 from streamer.inference.client import InferenceError
 from streamer.inference.embedded.server import EmbeddedTriton
 from streamer.inference.pool import TritonPool
+
+if TYPE_CHECKING:
+    from tests.conftest import SpareTriton
 
 FAILOVER_S = 5.0
 
@@ -95,10 +98,9 @@ async def _until(predicate, timeout_s: float, what: str) -> float:  # type: igno
 
 
 async def test_kill_9_of_one_triton_moves_its_cameras_and_they_come_back(
-    triton_server: EmbeddedTriton, caplog: pytest.LogCaptureFixture
+    triton_server: EmbeddedTriton, spare_triton: SpareTriton, caplog: pytest.LogCaptureFixture
 ) -> None:
-    second = EmbeddedTriton(MODEL_REPOSITORY)
-    await second.astart()
+    second = await spare_triton.running()
     first_url, second_url = triton_server.grpc_url, second.grpc_url
     config = TritonConfig(
         urls=(first_url, second_url),
@@ -142,9 +144,8 @@ async def test_kill_9_of_one_triton_moves_its_cameras_and_they_come_back(
         assert pool.endpoints[second_url].share.state(time.monotonic()) == "down"
 
         # Back on the same port: after recover_after_s, its cameras return over rebalance_s.
-        await second.astop()  # reaps the killed server and the backend stubs it left
-        second = EmbeddedTriton(MODEL_REPOSITORY, grpc_port=int(second_url.rsplit(":", 1)[1]))
-        await second.astart()
+        second = await spare_triton.running()  # the same port
+        assert second.grpc_url == second_url
         back = await _until(lambda: pool.cameras_of(second_url), 60, "a camera back")
         await _until(lambda: set(pool.cameras_of(second_url)) == moved, 30, "all back")
         returned_at = time.monotonic()
@@ -164,7 +165,6 @@ async def test_kill_9_of_one_triton_moves_its_cameras_and_they_come_back(
         if feeder is not None:
             await feeder.stop()
         await pool.close()
-        await second.astop()
 
     # No frame answered twice: the surviving Triton answered exactly the frames the pool
     # says it did (none of the killed one's frames was sent to it again).

@@ -1,15 +1,16 @@
 """A vehicle that stops: the yard clip with one frame held, through the service and real Triton.
 
 Each variant holds one frame of ``yard_cam.ts`` (ffmpeg's ``loop`` filter, re-encoded
-with libx264), as a car waiting at a barrier: frame 9 or 12, which the recogniser
-misreads ``C567AM76`` every time it is held (the black car's plate is ``O567AM76``),
-for 8 s (40 reads of it) and 4 s; frame 17, in the middle of the silver car's pass; the
-clip's last frame. Whatever the still image reads, and however long it stands, the service
-reports exactly the clip's two plates, and no correction ends on another text.
+with libx264), as a car waiting at a barrier: frame 9, which the recogniser misreads
+``C567AM76`` every time it is held (the black car's plate is ``O567AM76``), for 8 s (40
+reads of it); frame 17, in the middle of the silver car's pass; the clip's last frame.
+(bench/accuracy.py holds more frames, for longer.) Whatever the still image reads, and
+however long it stands, the service reports exactly the clip's two plates, and no
+correction ends on another text.
 
 Motion gating is off: the gate would skip most still frames here, but a real camera's
 noise lets a waiting car's frames through, and the evidence rule must hold alone.
-Before it (every read a vote), the first two variants reported ``C567AM76``.
+Before it (every read a vote), the misread variant reported ``C567AM76``.
 """
 
 from __future__ import annotations
@@ -33,7 +34,6 @@ PLATES = ["O567AM76", "Y836XH76"]
 #: name -> (frame held, seconds).
 VARIANTS = {
     "misread-8s": (9, 8.0),
-    "misread-4s": (12, 4.0),
     "silver-middle-4s": (17, 4.0),
     "end-5s": (119, 5.0),
 }

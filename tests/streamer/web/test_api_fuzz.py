@@ -62,7 +62,7 @@ def test_schemathesis_finds_no_server_error_and_no_answer_outside_the_schema(
         "--request-timeout",
         "20",
         "--max-time",
-        "45",  # the coverage phase (every operation, every bound) takes seconds; the rest
+        "20",  # the coverage phase (every operation, every bound) takes seconds; the rest
         # fuzzes on until then
         "--no-color",
     ]
