@@ -214,13 +214,15 @@ def _run_service_for(
     return stdout, stderr
 
 
-def _rtsp_config(tmp_path: Path, url: str) -> Path:
+def _rtsp_config(tmp_path: Path, url: str, triton_url: str | None = None) -> Path:
+    """The camera at ``url``; Triton at ``triton_url``, or the embedded one."""
     config = tmp_path / "rtsp.yaml"
+    at = f", url: '{triton_url}'" if triton_url else ""
     config.write_text(
         "cameras:\n"
         f"  - {{name: gate, url: '{url}', sample_fps: 5, read_timeout_s: 1,\n"
         "      stall_timeout_s: 3, reconnect_max_delay_s: 1}\n"
-        "triton: {max_in_flight_per_camera: 2}\n"
+        f"triton: {{max_in_flight_per_camera: 2{at}}}\n"
         "events: {stdout: true}\n"
         "metrics: {port: 0}\nweb: {port: 0}\n"
     )
@@ -268,19 +270,21 @@ def test_rtsp_camera_gives_the_same_two_plates(tmp_path: Path) -> None:
 
 
 def test_rtsp_camera_survives_kill_and_freeze_and_never_leaks_its_password(
-    tmp_path: Path,
+    tmp_path: Path, triton_server: EmbeddedTriton
 ) -> None:
     """Credentials in the URL; the server is killed and restarted, then frozen (SIGSTOP)
     and thawed: the service keeps running, reconnects each time, keeps reporting, and
-    never prints the password."""
+    never prints the password. (The session's Triton: the embedded one is the other RTSP
+    test's.)"""
     from tests.rtsp_server import RtspServer
 
     with RtspServer(CLIP) as server:
-        config = _rtsp_config(tmp_path, server.url("/cam", userinfo="operator:s3cr3t-pw@"))
+        url = server.url("/cam", userinfo="operator:s3cr3t-pw@")
+        config = _rtsp_config(tmp_path, url, triton_server.grpc_url)
         stdout, stderr = _run_service_for(
             config,
             [
-                (30, server.kill),  # killed mid-stream
+                (14, server.kill),  # killed mid-stream, after a loop of the clip or so
                 (4, server.start),  # back on the same port
                 (10, server.freeze),  # frozen: read timeout 1 s, detected within ~2 s
                 (6, server.thaw),

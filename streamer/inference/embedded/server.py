@@ -245,6 +245,10 @@ class EmbeddedTriton:
             f"--metrics-address={HOST}",
             f"--metrics-port={metrics_port}",
             f"--exit-timeout-secs={_EXIT_TIMEOUT_S}",
+            # The client pings every triton.keepalive_time_s, idle streams too: allow it.
+            "--grpc-keepalive-permit-without-calls=1",
+            "--grpc-http2-max-pings-without-data=0",
+            "--grpc-http2-min-recv-ping-interval-without-data=1000",
             f"--backend-config=python,shm-region-prefix-name={self._shm_prefix}",
             f"--log-verbose={self.log_verbose}",
             *self.extra_args,

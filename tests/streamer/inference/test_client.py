@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import time
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import cv2
 import numpy as np
 import pytest
 
 from converters import assets
-from converters.paths import MODEL_REPOSITORY
 from streamer.domain.frames import CHAR_PROB_FLOOR, Frame
 from streamer.inference.client import InferenceError, PlateRecognizer
 from streamer.inference.embedded.server import EmbeddedTriton
 from streamer.inference.scheduler import AdaptiveWindow, FairScheduler
+
+if TYPE_CHECKING:
+    from tests.conftest import SpareTriton
 
 
 def _frame(image: np.ndarray, index: int = 0, camera: str = "test") -> Frame:
@@ -79,10 +81,10 @@ async def test_deadline_fails_the_frame_instead_of_hanging(triton_server: Embedd
     assert recognizer.stats.timed_out == 1
 
 
-async def test_triton_restart_fails_in_flight_frames_then_recovers(tmp_path: Path) -> None:
-    server = EmbeddedTriton(MODEL_REPOSITORY)
-    await server.astart()
-    port = int(server.grpc_url.rsplit(":", 1)[1])
+async def test_triton_restart_fails_in_flight_frames_then_recovers(
+    spare_triton: SpareTriton,
+) -> None:
+    server = await spare_triton.running()
     window = AdaptiveWindow(initial=6, minimum=6, maximum=6, tolerance=1.5)
     recognizer = PlateRecognizer(
         server.grpc_url,
@@ -105,12 +107,10 @@ async def test_triton_restart_fails_in_flight_frames_then_recovers(tmp_path: Pat
         await stopping
         assert not recognizer.ready
 
-        server = EmbeddedTriton(MODEL_REPOSITORY, grpc_port=port)
-        await server.astart()
+        server = await spare_triton.running()  # on the same port
         await recognizer.wait_ready(30)
         plates = await recognizer.recognise(_frame(car, 99))
         assert any(p.text.startswith("B840") for p in plates)
         assert recognizer.stats.reconnects >= 1
     finally:
         await recognizer.close()
-        await server.astop()

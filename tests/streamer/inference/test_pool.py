@@ -177,3 +177,86 @@ async def test_kill_9_of_one_triton_moves_its_cameras_and_they_come_back(
     assert pool.moves == {"failover": len(moved), "rebalance": len(moved)}
     # The frames that failed were those the killed Triton held, and failed as such.
     assert all("Triton" in why for _, why in feeder.failures), feeder.failures
+
+
+async def test_a_frozen_triton_s_cameras_move_at_its_failed_readiness_check(
+    triton_server: EmbeddedTriton, spare_triton: SpareTriton
+) -> None:
+    """SIGSTOP: the stream stays open, but the readiness check is not answered. The cameras
+    move within health_interval_s + health_timeout_s; the frames the frozen Triton held fail
+    then, not at their deadline; after SIGCONT they come back."""
+    second = await spare_triton.running()
+    first_url, second_url = triton_server.grpc_url, second.grpc_url
+    config = TritonConfig(
+        urls=(first_url, second_url),
+        request_timeout_s=30,
+        health_interval_s=0.5,
+        health_timeout_s=1.0,
+        recover_after_s=1,
+        rebalance_s=1,
+    )
+    pool = TritonPool(config, config.endpoints)
+    feeder: Feeder | None = None
+    frozen = False
+    try:
+        await pool.start()
+        await _until(lambda: all(e.ok for e in pool.endpoints.values()), 60, "both healthy")
+        cameras: list[str] = []
+        while min(len(pool.cameras_of(u)) for u in pool.endpoints) < 2:
+            cameras.append(f"cam-{len(cameras)}")
+            pool.set_weight(cameras[-1], 1.0)
+        moved = set(pool.cameras_of(second_url))
+        feeder = Feeder(pool, cameras)
+        feeder.start()
+        await _until(lambda: len({c for c, _, _ in feeder.answers}) == len(cameras), 60, "all")
+
+        os.kill(second.pid, signal.SIGSTOP)  # type: ignore[arg-type]
+        frozen, stopped_at = True, time.monotonic()
+        await _until(lambda: pool.cameras_of(second_url) == [], 10, "the cameras moved")
+        moved_after = time.monotonic() - stopped_at
+        await _until(
+            lambda: all(
+                any(c == camera and t > stopped_at for c, _, t in feeder.answers)
+                for camera in moved
+            ),
+            30,
+            "answers through the other",
+        )
+        answered_after = time.monotonic() - stopped_at
+        print(f"frozen: cameras moved after {moved_after:.1f} s, answered {answered_after:.1f} s")
+        assert moved_after < config.health_interval_s + config.health_timeout_s + 1.0
+        assert answered_after < FAILOVER_S
+        assert "readiness check unanswered" in (pool.endpoints[second_url].check_error or "")
+        held_failed = [why for _, why in feeder.failures if "its cameras moved" in why]
+        assert held_failed  # failed when the cameras moved, not 30 s later at their deadline
+
+        os.kill(second.pid, signal.SIGCONT)  # type: ignore[arg-type]
+        frozen = False
+        await _until(lambda: set(pool.cameras_of(second_url)) == moved, 60, "back")
+    finally:
+        if frozen:
+            os.kill(second.pid, signal.SIGCONT)  # type: ignore[arg-type]
+        if feeder is not None:
+            await feeder.stop()
+        await pool.close()
+
+
+async def test_an_idle_stream_outlives_many_keepalive_pings(triton_server: EmbeddedTriton) -> None:
+    """No frame for 8 s with a keepalive ping every second: Triton keeps the stream (a gRPC
+    server may police pings on a connection without data and close it), and the endpoint
+    stays healthy and answers the next frame."""
+    config = TritonConfig(url=triton_server.grpc_url, keepalive_time_s=1, keepalive_timeout_s=1)
+    pool = TritonPool(config, config.endpoints)
+    try:
+        await pool.start()
+        await pool.wait_ready(30)
+        (endpoint,) = pool.endpoints.values()
+        await asyncio.sleep(8)
+        assert endpoint.client.ready and endpoint.client.stats.reconnects == 0
+        assert endpoint.share.state(time.monotonic()) == "serving"
+        pool.set_weight("cam", 1.0)
+        frame = Frame("cam", 1, 0.0, time.time(), time.monotonic(), _car())
+        await pool.recognise(frame)
+        assert endpoint.client.stats.succeeded == 1
+    finally:
+        await pool.close()

@@ -5,15 +5,18 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from converters import assets
-from converters.paths import MODEL_REPOSITORY
 from streamer.app import Service
 from streamer.config import load_config
 from streamer.inference.embedded.server import EmbeddedTriton
+
+if TYPE_CHECKING:
+    from tests.conftest import SpareTriton
 
 CLIP = assets.verify(assets.asset("yard_cam.ts"), assets.default_assets_dir())
 
@@ -110,11 +113,12 @@ async def test_metrics_move_during_a_run(tmp_path: Path, triton_server: Embedded
     )
 
 
-async def test_readiness_follows_triton_and_events_resume(tmp_path: Path) -> None:
+async def test_readiness_follows_triton_and_events_resume(
+    tmp_path: Path, spare_triton: SpareTriton
+) -> None:
     """Triton stops mid-run: /readyz turns 503, the service keeps running; Triton
     comes back on the same port: /readyz turns 200 and events flow again."""
-    server = EmbeddedTriton(MODEL_REPOSITORY)
-    await server.astart()
+    server = await spare_triton.running()
     url = server.grpc_url
     # Realtime looping file; a short dedup window so every loop reports again.
     config = _config(tmp_path, f"triton: {{url: '{url}'}}\n", ", dedup_window_s: 1")
@@ -142,8 +146,8 @@ async def test_readiness_follows_triton_and_events_resume(tmp_path: Path) -> Non
         assert not runner.done()
         assert (await _get(port, "/healthz"))[0] == 200
 
-        server = EmbeddedTriton(MODEL_REPOSITORY, grpc_port=int(url.rsplit(":", 1)[1]))
-        await server.astart()
+        server = await spare_triton.running()  # on the same port
+        assert server.grpc_url == url
         for _ in range(60):
             if (await _get(port, "/readyz"))[0] == 200:
                 break
@@ -159,4 +163,3 @@ async def test_readiness_follows_triton_and_events_resume(tmp_path: Path) -> Non
     finally:
         service.request_stop()
         await asyncio.wait_for(runner, 120)
-        await server.astop()

@@ -1,0 +1,124 @@
+"""Scale-out without Kubernetes (deploy/compose/, deploy/systemd/, docs/scale-out.md): the
+compose file's replicas and Tritons fit the config they share, which loads through the
+service's own schema; each unit's command parses with the service's CLI; and every flag
+given to Triton here (units, the image's command, the Kubernetes Deployment) is one the
+real ``tritonserver`` 2.51 of this machine lists in its ``--help``."""
+
+from __future__ import annotations
+
+import configparser
+import os
+import re
+import shlex
+import subprocess
+from pathlib import Path
+
+import yaml
+
+from streamer.cli.main import build_parser
+from streamer.config import load_config
+from streamer.inference.embedded.tree import default_work_dir, prepare_server_tree, wheel_libs_dir
+from streamer.pipeline.shards import Shard
+
+PROJECT = Path(__file__).resolve().parents[2]
+COMPOSE = PROJECT / "deploy" / "compose"
+SYSTEMD = PROJECT / "deploy" / "systemd"
+SECRETS = {
+    "CAM_PASSWORD": "cam-pw",
+    "WEB_TOKEN": "t" * 24,
+    "LINK_SECRET": "l" * 32,
+    "LPR_HISTORY_DSN": "postgresql://lpr:pw@postgres:5432/lpr",
+}
+
+
+def _unit(name: str) -> configparser.ConfigParser:
+    parser = configparser.ConfigParser(interpolation=None, strict=False)
+    parser.optionxform = str  # type: ignore[assignment,method-assign]
+    parser.read(SYSTEMD / name)
+    return parser
+
+
+def _exec_start(unit: configparser.ConfigParser, **values: str) -> list[str]:
+    """ExecStart's words, with the unit's specifiers and variables given ``values``."""
+    line = unit["Service"]["ExecStart"].replace("\\\n", " ")
+    line = line.replace("%i", values.pop("i", "0"))
+    for key, value in values.items():
+        line = line.replace(f"${{{key}}}", value)
+    return shlex.split(line)
+
+
+def test_the_compose_replicas_share_one_config_over_both_tritons(tmp_path: Path) -> None:
+    compose = yaml.safe_load((COMPOSE / "docker-compose.yml").read_text())
+    services = compose["services"]
+    tritons = sorted(n for n in services if n.startswith("triton-"))
+    replicas = sorted(n for n in services if n.startswith("streamer-"))
+    assert len(tritons) == 2 and len(replicas) == 2
+    # One GPU each.
+    gpus = [services[t]["deploy"]["resources"]["reservations"]["devices"][0] for t in tritons]
+    assert sorted(d["device_ids"][0] for d in gpus) == ["0", "1"]
+    data_volumes = set()
+    for index, name in enumerate(replicas):
+        service = services[name]
+        args = build_parser().parse_args(service["command"])
+        assert args.command == "run" and args.shard == Shard(index, len(replicas))
+        assert "./site.yaml:/config/site.yaml:ro" in service["volumes"]
+        data_volumes |= {v.split(":")[0] for v in service["volumes"] if v.endswith(":/data")}
+        assert any(e.startswith("LPR_HISTORY_DSN=") for e in service["environment"])
+    assert len(data_volumes) == len(replicas)  # each its own outbox
+    assert data_volumes <= set(compose["volumes"])
+    settings = load_config(COMPOSE / "site.yaml", env=SECRETS)
+    assert settings.triton.endpoints == tuple(f"{t}:8001" for t in tritons)
+    assert settings.storage.backend == "postgresql"
+    assert settings.web.link_secret is not None
+
+
+def test_the_systemd_units_run_replica_i_of_n_on_its_own_outbox(tmp_path: Path) -> None:
+    unit = _unit("lpr-streamer@.service")
+    words = _exec_start(unit, i="1", LPR_REPLICAS="3")
+    assert words[1:3] == ["-m", "streamer"]
+    args = build_parser().parse_args(words[3:])
+    assert args.command == "run" and args.shard == Shard(1, 3)
+    assert Path(args.config) == Path("/etc/lpr/site.yaml")
+    outbox = next(
+        v.split("=", 1)[1]
+        for v in unit["Service"]["Environment"].splitlines()
+        if v.startswith("LPR_OUTBOX=")
+    )
+    assert "%i" in outbox  # per replica
+    env = {**SECRETS, "LPR_OUTBOX": outbox.replace("%i", "1"), "LPR_WEB_PORT": "8081"}
+    settings = load_config(SYSTEMD / "site.yaml", env=env)
+    assert settings.outbox.path == Path("/var/lib/lpr/replica-1/outbox.sqlite3")
+    assert settings.web.port == 8081 and len(settings.triton.endpoints) == 3
+
+
+def _triton_flags(words: list[str]) -> set[str]:
+    return {w.split("=", 1)[0] for w in words if w.startswith("--")}
+
+
+def test_every_triton_flag_given_here_is_one_tritonserver_knows() -> None:
+    tree = prepare_server_tree(default_work_dir())
+    env = {**os.environ, "LD_LIBRARY_PATH": str(wheel_libs_dir())}
+    result = subprocess.run(
+        [str(tree / "bin" / "tritonserver"), "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    known = set(re.findall(r"^\s+(--[a-z0-9-]+)", result.stdout + result.stderr, re.MULTILINE))
+    assert "--grpc-http2-min-recv-ping-interval-without-data" in known, result.stderr[-2000:]
+
+    unit = _unit("lpr-triton@.service")
+    given = {
+        "systemd unit": _exec_start(unit, LPR_MODEL_REPOSITORY="/models"),
+        "image": re.findall(r'"(--[^"]+)"', (PROJECT / "docker" / "Dockerfile.triton").read_text()),
+        "kubernetes": re.findall(
+            r"^\s+- (--\S+)$",
+            (PROJECT / "deploy" / "kubernetes" / "base" / "triton.yaml").read_text(),
+            re.MULTILINE,
+        ),
+    }
+    for where, words in given.items():
+        flags = _triton_flags(words)
+        assert "--grpc-http2-min-recv-ping-interval-without-data" in flags, where
+        assert flags <= known, (where, flags - known)
