@@ -51,6 +51,7 @@ from streamer.ops.startup import (
 )
 from streamer.pipeline.camera import OnResult
 from streamer.pipeline.cameras import Cameras
+from streamer.pipeline.leases import CameraLeases, LeaseGate
 from streamer.pipeline.shards import Shard
 from streamer.pipeline.supervisor import Supervisor
 from streamer.store import erasure
@@ -125,6 +126,8 @@ class Service:
         self.links: PictureLinks | None = None
         self._stop = asyncio.Event()
         self.reloader = Reloader(self, config_path, self.metrics)
+        #: Starts a sharded replica's cameras once it holds their leases (made at start).
+        self.lease_gate = LeaseGate(self.cameras, None, FRAMES_GRACE_S)
 
     @property
     def sinks(self) -> list[EventSink]:
@@ -234,12 +237,25 @@ class Service:
         self.supervisor.start("events", self.publisher.run)
 
         self.cameras.recognizer = self.recognizer
+        leases = None
+        if self.shard.sharded and storage.enabled and storage.backend == "postgresql":
+            assert storage.dsn is not None  # (the schema requires it for postgresql)
+            leases = CameraLeases(storage.dsn.get_secret_value(), describe_store(storage))
+        self.lease_gate = LeaseGate(self.cameras, leases, FRAMES_GRACE_S)
         for config in self.settings.enabled_cameras:
             if self.shard.holds(config.name):
-                self.cameras.start(config, self.settings)
+                self.lease_gate.start(config, self.settings)
+        if leases is not None:
+            self.supervisor.start("leases", self.lease_gate.run)
         held = f" (shard {self.shard} of the config's cameras)" if self.shard.sharded else ""
         LOG.info(
-            "running %d camera(s)%s: %s", len(self.cameras), held, ", ".join(self.cameras.running)
+            "running %d camera(s)%s: %s%s",
+            len(self.cameras),
+            held,
+            ", ".join(self.cameras.running),
+            f"; {len(self.lease_gate.waiting)} more once their leases are taken"
+            if leases is not None
+            else "",
         )
         for name, server in (("ops", self.ops), ("web", self.web)):
             if server is not None and server.listener is not None:
@@ -282,6 +298,7 @@ class Service:
         """Make the running service what ``change`` says (its settings are then taken)."""
         removed = change.removed + [c.name for c in change.changed]
         await self.cameras.stop(removed, grace_s=FRAMES_GRACE_S)
+        await self.lease_gate.stopped(removed)
         self.publisher.jpeg_quality = change.settings.events.crop_jpeg_quality
         if change.rules_changed:
             self.cameras.reconfigure(change.settings)
@@ -300,7 +317,7 @@ class Service:
                 **self._delivery_options(),
             )
         for config in change.changed + change.added:
-            self.cameras.start(config, change.settings)
+            self.lease_gate.start(config, change.settings)
 
     def _delivery_options(self) -> dict[str, Any]:
         """What the outbox sink needs of the service: picture links to sign, and whether the
@@ -374,7 +391,15 @@ class Service:
             sinks=self.sinks,
             cameras=self.cameras.values(),
             config=self.reloader.state(),
+            leases=self._lease_state(),
         )
+
+    def _lease_state(self) -> dict[str, object] | None:
+        """The cameras that wait for their lease, and why the leases are lost (if they are)."""
+        gate = self.lease_gate
+        if gate.leases is None:
+            return None
+        return {"waiting": sorted(gate.waiting), "problem": gate.problem}
 
     def _collect_state(self) -> list[Metric]:
         return [
@@ -412,7 +437,9 @@ class Service:
         # its tracker; frames Triton has not answered within the grace are given up, and the
         # open passes are flushed all the same. The cameras stay listed: their counts are
         # the --once summary.
+        await self.supervisor.stop("leases")  # no camera starts now
         await self.cameras.stop(grace_s=FRAMES_GRACE_S, forget=False)
+        await self.lease_gate.close()  # stopped: another replica may run them
         if self.supervisor.task("events") is not None:  # the flushed passes reach the sinks
             await self.publisher.drain(DRAIN_TIMEOUT_S)
         await self.supervisor.stop("history")  # no pruning of a history that closes

@@ -11,8 +11,8 @@ import pytest
 
 from converters.cli import main as converters_main
 from converters.paths import MODEL_REPOSITORY
-from streamer.inference.embedded.errors import TritonStartError
 from streamer.inference.embedded.server import EmbeddedTriton
+from tests.postgres_server import PostgresServer
 
 
 def _built_info() -> dict[str, object]:
@@ -93,18 +93,8 @@ class SpareTriton:
             return self.server
         if self.server is not None:
             await self.server.astop()  # reaps a killed server and the stubs it left
-        for attempt in range(3):
-            self.server = EmbeddedTriton(MODEL_REPOSITORY, grpc_port=self.port)
-            try:
-                await self.server.astart()
-                break
-            except TritonStartError as exc:
-                # Started again right after a kill -9, tritonserver 2.51 sometimes dies of
-                # SIGSEGV before it is ready (2 starts in about 10 here); the service's
-                # watchdog retries the same way.
-                if attempt == 2 or "exited with code -11" not in exc.summary:
-                    raise
-                logging.getLogger(__name__).warning("spare Triton: %s; again", exc)
+        self.server = EmbeddedTriton(MODEL_REPOSITORY, grpc_port=self.port)
+        await self.server.astart()  # (a start that crashes is tried again: EmbeddedTriton)
         self.port = int(self.server.grpc_url.rsplit(":", 1)[1])
         return self.server
 
@@ -115,6 +105,14 @@ def spare_triton() -> Iterator[SpareTriton]:
     yield spare
     if spare.server is not None:
         spare.server.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresServer]:
+    """A real PostgreSQL server for the session (tests/postgres_server.py); each
+    ``database()`` is a new, empty database on it."""
+    with PostgresServer(tmp_path_factory.mktemp("postgres")) as server:
+        yield server
 
 
 @pytest.fixture(scope="session")

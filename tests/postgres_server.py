@@ -59,10 +59,14 @@ class PostgresServer:
                 os.chmod(path, os.stat(path).st_mode | 0o711)
             os.chown(self.folder, postgres.pw_uid, postgres.pw_gid)
         self._run("initdb", "-D", str(self.data), "-A", "trust", "-U", USER, "--no-sync")
+        self.resume()
+        return self
+
+    def resume(self) -> None:
+        """Start the server (again, after :meth:`stop`) on its data and port."""
         options = f"-p {self.port} -k {self.folder} -c listen_addresses={HOST} -c fsync=off"
         self._run("pg_ctl", "-D", str(self.data), "-o", options, "-l", str(self.folder / "log"),
                   "-w", "start")  # fmt: skip
-        return self
 
     def database(self) -> str:
         """A new, empty database; its DSN."""

@@ -53,6 +53,7 @@ def readiness(
     sinks: Sequence[EventSink],
     cameras: Iterable[Camera],
     config: dict[str, object] | None = None,
+    leases: dict[str, object] | None = None,
 ) -> Report:
     """Ready when Triton answers, every sink is healthy, no part waits to restart and a
     camera delivers frames (see the module docstring). ``config`` (the reload state) is
@@ -86,5 +87,7 @@ def readiness(
     }
     if config is not None:
         details["config"] = config
+    if leases is not None:  # informational: a camera another replica still runs waits here
+        details["leases"] = leases
     ready = triton == "ready" and not failing and parts_ok and (not cameras or delivering > 0)
     return ready, details

@@ -21,6 +21,7 @@ import os
 import secrets
 import shlex
 import shutil
+import signal
 import subprocess
 import threading
 import time
@@ -40,6 +41,8 @@ from streamer.inference.embedded.tree import default_work_dir, prepare_server_tr
 HOST = "127.0.0.1"
 _EXIT_TIMEOUT_S = 10
 _PORT_ATTEMPTS = 3
+#: Starts tried again after tritonserver crashed (SIGSEGV) before it was ready.
+_CRASH_RETRIES = 2
 
 
 class EmbeddedTriton:
@@ -80,6 +83,7 @@ class EmbeddedTriton:
         self._requested_ports = (grpc_port, http_port, metrics_port)
         self._ports: tuple[int, int, int] | None = None
         self._proc: subprocess.Popen[bytes] | None = None
+        self._exit_before_ready: int | None = None  # the exit code of a failed start
         self._reader: threading.Thread | None = None
         self._stub_env: Path | None = None
         self._shm_prefix = ""
@@ -149,7 +153,11 @@ class EmbeddedTriton:
             tree = prepare_server_tree(self.work_dir)
             deadline = time.monotonic() + self.startup_timeout_s
             attempts = _PORT_ATTEMPTS if None in self._requested_ports else 1
-            for attempt in range(1, attempts + 1):
+            crashes_left = _CRASH_RETRIES
+            attempt = 0
+            while True:
+                attempt += 1
+                self._exit_before_ready = None
                 self._launch(tree)
                 try:
                     self._wait_ready(deadline)
@@ -167,6 +175,13 @@ class EmbeddedTriton:
                     fixed = {p for p in self._requested_ports if p is not None}
                     if retry and attempt < attempts and taken and not taken & fixed:
                         LOG.warning("port taken while starting Triton, retrying: %s", attempt)
+                        continue
+                    if retry and crashes_left and self._exit_before_ready == -signal.SIGSEGV:
+                        # tritonserver 2.51 sometimes dies of SIGSEGV while it starts, most
+                        # often right after a server on the same port was killed (about 1
+                        # start in 5 there, here); the next start works.
+                        crashes_left -= 1
+                        LOG.warning("tritonserver crashed (SIGSEGV) while starting; again")
                         continue
                     raise
 
@@ -271,6 +286,7 @@ class EmbeddedTriton:
         while True:
             if process.leader_exited(proc):
                 code = process.exit_code(proc)
+                self._exit_before_ready = code
                 if self._reader is not None:
                     self._reader.join(timeout=2.0)  # collect the last lines
                 self._fail(
