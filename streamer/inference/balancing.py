@@ -15,6 +15,7 @@ an endpoint that fails again and again does not pull cameras back and forth.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 from collections.abc import Mapping
@@ -23,6 +24,7 @@ from collections.abc import Mapping
 MAX_RELAPSES = 3
 
 
+@functools.lru_cache(maxsize=65536)  # assignments are recomputed 5 times a second
 def _unit_hash(camera: str, endpoint: str) -> float:
     digest = hashlib.blake2b(f"{camera}\0{endpoint}".encode(), digest_size=8).digest()
     return (int.from_bytes(digest, "big") + 0.5) / 2**64  # in (0, 1), never 0 or 1

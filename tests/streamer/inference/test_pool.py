@@ -97,6 +97,19 @@ async def _until(predicate, timeout_s: float, what: str) -> float:  # type: igno
     return time.monotonic() - start
 
 
+async def _started_pool(config: TritonConfig) -> tuple[TritonPool, list[str]]:
+    """The pool of ``config``, both endpoints healthy, and cameras until each endpoint has at
+    least two (the ports, hence the hashes, vary from run to run)."""
+    pool = TritonPool(config, config.endpoints)
+    await pool.start()
+    await _until(lambda: all(e.ok for e in pool.endpoints.values()), 60, "both healthy")
+    cameras: list[str] = []
+    while min(len(pool.cameras_of(u)) for u in pool.endpoints) < 2:
+        cameras.append(f"cam-{len(cameras)}")
+        pool.set_weight(cameras[-1], 1.0)
+    return pool, cameras
+
+
 async def test_kill_9_of_one_triton_moves_its_cameras_and_they_come_back(
     triton_server: EmbeddedTriton, spare_triton: SpareTriton, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -109,17 +122,10 @@ async def test_kill_9_of_one_triton_moves_its_cameras_and_they_come_back(
         recover_after_s=2,
         rebalance_s=4,
     )
-    pool = TritonPool(config, config.endpoints)
-    feeder: Feeder | None = None
     caplog.set_level(logging.INFO, logger="streamer.inference.pool")
+    pool, cameras = await _started_pool(config)
+    feeder: Feeder | None = None
     try:
-        await pool.start()
-        await _until(lambda: all(e.ok for e in pool.endpoints.values()), 60, "both healthy")
-        # Cameras until each endpoint has at least two (the ports, hence the hashes, vary).
-        cameras: list[str] = []
-        while min(len(pool.cameras_of(u)) for u in pool.endpoints) < 2:
-            cameras.append(f"cam-{len(cameras)}")
-            pool.set_weight(cameras[-1], 1.0)
         moved = set(pool.cameras_of(second_url))
         first_before = _successes(triton_server)
         feeder = Feeder(pool, cameras)
@@ -195,16 +201,10 @@ async def test_a_frozen_triton_s_cameras_move_at_its_failed_readiness_check(
         recover_after_s=1,
         rebalance_s=1,
     )
-    pool = TritonPool(config, config.endpoints)
+    pool, cameras = await _started_pool(config)
     feeder: Feeder | None = None
     frozen = False
     try:
-        await pool.start()
-        await _until(lambda: all(e.ok for e in pool.endpoints.values()), 60, "both healthy")
-        cameras: list[str] = []
-        while min(len(pool.cameras_of(u)) for u in pool.endpoints) < 2:
-            cameras.append(f"cam-{len(cameras)}")
-            pool.set_weight(cameras[-1], 1.0)
         moved = set(pool.cameras_of(second_url))
         feeder = Feeder(pool, cameras)
         feeder.start()
