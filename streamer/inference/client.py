@@ -300,7 +300,7 @@ class PlateRecognizer:
                 raise
             except Exception as exc:
                 LOG.debug("stream error: %r", exc)
-                reason = _short(exc)
+                reason = short_error(exc)
             else:
                 reason = "stream ended"
             self._connected.clear()
@@ -439,7 +439,7 @@ class PlateRecognizer:
         request.future.set_exception(InferenceError(reason, "stream"))
 
 
-def _short(exc: BaseException) -> str:
+def short_error(exc: BaseException) -> str:
     details = getattr(exc, "details", None)
     text = details() if callable(details) else str(exc)
     return (text or type(exc).__name__).splitlines()[0][:200]

@@ -1,4 +1,4 @@
-"""A configured Triton address as the endpoints it stands for.
+"""Triton endpoints: what a configured address stands for, and each endpoint's state.
 
 ``host:port`` with an IP literal is one endpoint. A host name that resolves to several
 addresses (a Kubernetes headless Service: one per Triton pod) is one endpoint per address;
@@ -9,9 +9,16 @@ IPv4 ones are taken (the same server would otherwise count twice).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import logging
 import socket
+
+import tritonclient.grpc.aio as aioclient
+from tritonclient.grpc import KeepAliveOptions
+
+from streamer.inference.balancing import EndpointShare
+from streamer.inference.client import InferenceError, PlateRecognizer, short_error
 
 LOG = logging.getLogger(__name__)
 
@@ -58,3 +65,67 @@ async def expand(url: str, *, timeout_s: float) -> list[str]:
     if len(addresses) <= 1:
         return [url]
     return [join(address, port) for address in addresses]
+
+
+class Endpoint:
+    """One Triton server: its stream, its readiness checks and its share of the cameras."""
+
+    def __init__(self, url: str, client: PlateRecognizer, share: EndpointShare) -> None:
+        self.url = url
+        self.client = client
+        self.share = share
+        self.check_ok = False
+        self.check_error: str | None = "not checked yet"
+        #: Its capacity relative to the others' (1.0: as the median), as applied.
+        self.capacity = 1.0
+        self.moved_off = 0  # cameras moved away because it failed
+        self._checker: aioclient.InferenceServerClient | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.client.ready and self.check_ok and not self.client.model_failing
+
+    @property
+    def problem(self) -> str | None:
+        """Why it is not healthy (None when it is)."""
+        if not self.client.ready:
+            return self.client.problem or "stream not open"
+        if self.client.model_failing:
+            return f"model {self.client.model} failing: {self.client.last_model_error}"
+        if not self.check_ok:
+            return self.check_error or "readiness check failed"
+        return None
+
+    async def check(self, model: str, timeout_s: float, keepalive: KeepAliveOptions) -> None:
+        """The server's and the model's readiness (``/v2/health/ready`` over gRPC), on a
+        channel of its own; the verdict in ``check_ok`` and ``check_error``."""
+        if self._checker is None:
+            self._checker = aioclient.InferenceServerClient(self.url, keepalive_options=keepalive)
+        try:
+            async with asyncio.timeout(timeout_s):
+                if not await self._checker.is_server_ready():
+                    raise InferenceError("server not ready")
+                if not await self._checker.is_model_ready(model):
+                    raise InferenceError(f"model {model} is not ready")
+        except TimeoutError:
+            self.check_ok = False
+            self.check_error = f"readiness check unanswered within {timeout_s:g} s"
+        except Exception as exc:  # any failure of the check is the verdict
+            self.check_ok = False
+            self.check_error = f"readiness check failed: {short_error(exc)}"
+        else:
+            self.check_ok, self.check_error = True, None
+
+    async def close_checker(self) -> None:
+        if self._checker is not None:
+            with contextlib.suppress(Exception):  # closing a channel to a dead server
+                await self._checker.close()
+            self._checker = None
+
+    def measured_capacity(self) -> float | None:
+        """Frames it runs at once, as its adaptive window measured them (the window grows
+        only while a larger one buys throughput: a GPU that batches gets a larger one), once
+        it has answered. Not answers per second: those fall with its load, and cameras
+        would swing back and forth between the endpoints."""
+        window = self.client.scheduler.window
+        return float(window.limit) if window.smoothed_latency_s else None

@@ -29,14 +29,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import fields
 from typing import TYPE_CHECKING
 
-import tritonclient.grpc.aio as aioclient
 from tritonclient.grpc import KeepAliveOptions
 
 from streamer.config import TritonConfig
 from streamer.domain.frames import Frame, PlateReading
 from streamer.inference.balancing import EndpointShare, pick
-from streamer.inference.client import InferenceError, InferenceStats, PlateRecognizer, _short
-from streamer.inference.endpoints import expand
+from streamer.inference.client import InferenceError, InferenceStats, PlateRecognizer
+from streamer.inference.endpoints import Endpoint, expand
 from streamer.inference.scheduler import Permit, scheduler_for
 
 if TYPE_CHECKING:
@@ -50,44 +49,6 @@ _TICK_S = 0.2
 #: Capacities are measured again this often; a change under a third is not applied.
 _CAPACITY_EVERY_S = 10.0
 _CAPACITY_HYSTERESIS = 0.3
-
-
-class Endpoint:
-    """One Triton server: its stream, its readiness checks and its share of the cameras."""
-
-    def __init__(self, url: str, client: PlateRecognizer, share: EndpointShare) -> None:
-        self.url = url
-        self.client = client
-        self.share = share
-        self.check_ok = False
-        self.check_error: str | None = "not checked yet"
-        #: Its capacity relative to the others' (1.0: as the median), as applied.
-        self.capacity = 1.0
-        self.moved_off = 0  # cameras moved away because it failed
-        self._checker: aioclient.InferenceServerClient | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.client.ready and self.check_ok and not self.client.model_failing
-
-    @property
-    def problem(self) -> str | None:
-        """Why it is not healthy (None when it is)."""
-        if not self.client.ready:
-            return self.client.problem or "stream not open"
-        if self.client.model_failing:
-            return f"model {self.client.model} failing: {self.client.last_model_error}"
-        if not self.check_ok:
-            return self.check_error or "readiness check failed"
-        return None
-
-    def measured_capacity(self) -> float | None:
-        """Frames it runs at once, as its adaptive window measured them (the window grows
-        only while a larger one buys throughput: a GPU that batches gets a larger one), once
-        it has answered. Not answers per second: those fall with its load, and cameras
-        would swing back and forth between the endpoints."""
-        window = self.client.scheduler.window
-        return float(window.limit) if window.smoothed_latency_s else None
 
 
 class TritonPool:
@@ -312,9 +273,7 @@ class TritonPool:
         await endpoint.client.close()
         if self._supervisor is not None:
             await self._supervisor.remove(self._part(url))
-        if endpoint._checker is not None:
-            with contextlib.suppress(Exception):
-                await endpoint._checker.close()
+        await endpoint.close_checker()
 
     async def _run(self) -> None:
         async with asyncio.TaskGroup() as group:
@@ -330,27 +289,7 @@ class TritonPool:
             await asyncio.sleep(self.config.health_interval_s)
 
     async def _check(self, endpoint: Endpoint) -> None:
-        """The server's and the model's readiness (``/v2/health/ready`` over gRPC)."""
-        if endpoint._checker is None:
-            endpoint._checker = aioclient.InferenceServerClient(
-                endpoint.url, keepalive_options=self.keepalive
-            )
-        try:
-            async with asyncio.timeout(self.config.health_timeout_s):
-                if not await endpoint._checker.is_server_ready():
-                    raise InferenceError("server not ready")
-                if not await endpoint._checker.is_model_ready(self.model):
-                    raise InferenceError(f"model {self.model} is not ready")
-        except TimeoutError:
-            endpoint.check_ok = False
-            endpoint.check_error = (
-                f"readiness check unanswered within {self.config.health_timeout_s:g} s"
-            )
-        except Exception as exc:
-            endpoint.check_ok = False
-            endpoint.check_error = f"readiness check failed: {_short(exc)}"
-        else:
-            endpoint.check_ok, endpoint.check_error = True, None
+        await endpoint.check(self.model, self.config.health_timeout_s, self.keepalive)
 
     async def _resolve_loop(self) -> None:
         while True:
@@ -381,15 +320,14 @@ class TritonPool:
 
     def _update(self, now: float) -> None:
         for endpoint in self.endpoints.values():
-            was = endpoint.share.state(now)
             if endpoint.share.observe(endpoint.ok, now):
-                self._health_changed(endpoint, was, now)
+                self._health_changed(endpoint)
         if now - self._capacity_at >= _CAPACITY_EVERY_S:
             self._capacity_at = now
             self._measure_capacity()
         self._assign(now)
 
-    def _health_changed(self, endpoint: Endpoint, was: str, now: float) -> None:
+    def _health_changed(self, endpoint: Endpoint) -> None:
         cameras = self.cameras_of(endpoint.url)
         if endpoint.share.healthy:
             if endpoint.share.failures:
