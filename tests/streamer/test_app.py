@@ -286,9 +286,9 @@ def test_rtsp_camera_survives_kill_and_freeze_and_never_leaks_its_password(
             [
                 (14, server.kill),  # killed mid-stream, after a loop of the clip or so
                 (4, server.start),  # back on the same port
-                (10, server.freeze),  # frozen: read timeout 1 s, detected within ~2 s
-                (6, server.thaw),
-                (10, None),
+                (7, server.freeze),  # frozen: read timeout 1 s, detected within ~2 s
+                (5, server.thaw),
+                (8, None),
             ],
         )
     events = [json.loads(line) for line in stdout.splitlines() if line.strip()]
