@@ -79,9 +79,8 @@ class Cameras:
         while not self._stop:
             index += 1
             permit = await self.pool.acquire(name)
-            url = next(
-                u for u, e in self.pool.endpoints.items() if e.client.scheduler is permit.scheduler
-            )
+            granted_by = self.pool.endpoint_of_permit(permit)
+            url = granted_by.url if granted_by is not None else "removed"
             frame = Frame(name, index, index * 0.1, time.time(), time.monotonic(), self._picture)
             try:
                 await self.pool.recognise(frame, permit)

@@ -156,6 +156,12 @@ class TritonPool:
     def held(self, camera: str) -> int:
         return sum(e.client.held(camera) for e in self.endpoints.values())
 
+    def endpoint_of_permit(self, permit: Permit) -> Endpoint | None:
+        """The endpoint whose scheduler granted ``permit`` (None: removed since)."""
+        return next(
+            (e for e in self.endpoints.values() if e.client.scheduler is permit.scheduler), None
+        )
+
     async def acquire(self, camera: str) -> Permit:
         """Wait for ``camera``'s turn at its endpoint; if the camera moves meanwhile, at the
         new one."""
@@ -193,9 +199,7 @@ class TritonPool:
         """The plates of ``frame``, from the endpoint whose permit it holds."""
         if permit is None:
             permit = await self.acquire(frame.camera)
-        endpoint = next(
-            (e for e in self.endpoints.values() if e.client.scheduler is permit.scheduler), None
-        )
+        endpoint = self.endpoint_of_permit(permit)
         if endpoint is None or (not endpoint.ok and self._healthy_other(endpoint)):
             permit.release()
             where = endpoint.url if endpoint is not None else "a removed endpoint"

@@ -73,9 +73,9 @@ class Feeder:
         while not self._stopping:
             index += 1
             permit = await self.pool.acquire(camera)
-            endpoint = next(
-                u for u, e in self.pool.endpoints.items() if e.client.scheduler is permit.scheduler
-            )
+            granted_by = self.pool.endpoint_of_permit(permit)
+            assert granted_by is not None
+            endpoint = granted_by.url
             frame = Frame(camera, index, index / 4, time.time(), time.monotonic(), self._image)
             try:
                 await self.pool.recognise(frame, permit)
