@@ -6,10 +6,11 @@
     python -m streamer deadletters redrive --config FILE [--target T] (--event-id ID ... | --all)
 
 ``list`` prints one line per dead letter (event, target, camera, plate, when, attempts,
-reason). ``redrive`` puts dead letters back to pending, due now: a running service
-picks them up within a few seconds (it looks at the outbox every
-``streamer.delivery.outbox_sink.POLL_INTERVAL_S``), a stopped one at its next start. It works on
-the outbox file of the config (``outbox.path``) and may run next to the service
+reason); it reads only the config's ``outbox`` section, so it needs none of the targets'
+secrets in the environment. ``redrive`` puts dead letters back to pending, due now: a
+running service picks them up within a few seconds (it looks at the outbox every
+``streamer.delivery.outbox_sink.POLL_INTERVAL_S``), a stopped one at its next start. It
+works on the outbox file of the config (``outbox.path``) and may run next to the service
 (SQLite WAL: the service keeps delivering meanwhile).
 
 Exit codes: 0 done; 1 the outbox is missing or failed, or an ``--event-id`` is not a
@@ -26,7 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-from streamer.config import ConfigError, Settings, load_config
+from streamer.config import ConfigError, load_config, load_outbox_config
 from streamer.delivery.outbox import Outbox, OutboxError
 from streamer.delivery.outbox_sql import DeadLetter
 
@@ -70,28 +71,36 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run a parsed ``deadletters`` command."""
+    """Run a parsed ``deadletters`` command.
+
+    ``list`` reads the ``outbox`` section only (:func:`load_outbox_config`): the local file
+    is listed without the secrets the targets take from the environment. ``redrive``
+    reads the whole config, so that the targets it re-drives to are the configured ones.
+    """
     try:
-        settings = load_config(args.config)
+        if args.action == "list":
+            outbox_path, configured = load_outbox_config(args.config).path, None
+        else:
+            settings = load_config(args.config)
+            outbox_path, configured = settings.outbox.path, settings.configured_targets
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    configured = settings.configured_targets
-    if args.target is not None and args.target not in configured:
+    if configured is not None and args.target is not None and args.target not in configured:
         shown = ", ".join(configured) or "none"
         print(
             f"warning: target {args.target!r} is not in the config (configured: {shown})",
             file=sys.stderr,
         )
     try:
-        return asyncio.run(_run(args, settings, configured))
+        return asyncio.run(_run(args, outbox_path, configured or []))
     except OutboxError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
 
 
-async def _run(args: argparse.Namespace, settings: Settings, targets: list[str]) -> int:
-    outbox = await Outbox.open(settings.outbox.path, targets, create=False)
+async def _run(args: argparse.Namespace, outbox_path: Path, targets: list[str]) -> int:
+    outbox = await Outbox.open(outbox_path, targets, create=False)
     try:
         dead = await outbox.dead_letters(args.target)
         if args.action == "list":

@@ -34,7 +34,7 @@ from streamer.config.decisions import EventsConfig, KnownPlatesConfig, TrackerCo
 from streamer.config.delivery import OutboxConfig, WebhookTargetConfig
 from streamer.config.errors import ConfigError
 from streamer.config.inference import TritonConfig
-from streamer.config.loader import load_config, parse_yaml
+from streamer.config.loader import load_config, load_outbox_config, parse_yaml
 from streamer.config.mqtt import MQTT_TARGET, DiscoveryConfig, MqttConfig, MqttTlsConfig
 from streamer.config.service import LogConfig, MetricsConfig, ReloadConfig, WebConfig
 from streamer.config.settings import Settings
@@ -62,5 +62,6 @@ __all__ = [
     "WebConfig",
     "WebhookTargetConfig",
     "load_config",
+    "load_outbox_config",
     "parse_yaml",
 ]

@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from streamer.config.base import type_name
+from streamer.config.delivery import OutboxConfig
 from streamer.config.errors import ConfigError, format_validation_error, key_path
 from streamer.config.interpolate import interpolate
 from streamer.config.settings import Settings
@@ -33,6 +34,58 @@ def load_config(path: Path | str, env: Mapping[str, str] | None = None) -> Setti
     ``env`` supplies the ``${VAR}`` values (default: ``os.environ``). Relative
     paths in the file resolve against its folder. Raises :class:`ConfigError`.
     """
+    path = Path(path)
+    raw = _read_sections(path)
+    data = _interpolated(raw, path, env)
+    # An empty section (`web:`) means its defaults; an empty `cameras:` means none.
+    for section in list(data):
+        if data[section] is None and section in Settings.model_fields:
+            if section == "cameras":
+                data[section] = []
+            else:
+                del data[section]
+    try:
+        return Settings.model_validate(data, context={"base_dir": path.absolute().parent})
+    except ValidationError as exc:
+        raise format_validation_error(path, exc, data) from None
+
+
+class _OutboxSection(BaseModel):
+    """The ``outbox`` section alone, as :class:`Settings` declares it (same default)."""
+
+    model_config = ConfigDict(extra="ignore")
+    outbox: OutboxConfig = Settings.model_fields["outbox"]
+
+
+def load_outbox_config(path: Path | str, env: Mapping[str, str] | None = None) -> OutboxConfig:
+    """The ``outbox`` section of a config file, read as :func:`load_config` reads it, but with
+    ``${VAR}`` expanded in that section only: reading the local outbox (``deadletters list``)
+    needs none of the secrets the other sections take from the environment. The rest of
+    the file is not validated. Raises :class:`ConfigError`.
+    """
+    path = Path(path)
+    raw = _read_sections(path)
+    section = raw.get("outbox")
+    data = _interpolated({} if section is None else {"outbox": section}, path, env)
+    try:
+        return _OutboxSection.model_validate(
+            data, context={"base_dir": path.absolute().parent}
+        ).outbox
+    except ValidationError as exc:
+        raise format_validation_error(path, exc, data) from None
+
+
+def _interpolated(raw: dict[str, Any], path: Path, env: Mapping[str, str] | None) -> dict[str, Any]:
+    """``raw`` with ``${VAR}`` expanded; every reference that cannot be is a problem."""
+    problems: list[tuple[tuple[Any, ...], str]] = []
+    data = interpolate(raw, os.environ if env is None else env, problems=problems)
+    if problems:
+        raise ConfigError(path, [(key_path(loc, raw), reason) for loc, reason in problems])
+    return data  # type: ignore[no-any-return]
+
+
+def _read_sections(path: Path) -> dict[str, Any]:
+    """The file's top-level mapping, parsed (bounded, strict YAML), not yet interpolated."""
     path = Path(path)
     try:
         with path.open("rb") as file:  # bounded: --config /dev/zero must not fill memory
@@ -57,21 +110,7 @@ def load_config(path: Path | str, env: Mapping[str, str] | None = None) -> Setti
         sections = ", ".join(Settings.model_fields)
         reason = f"the top level must be a mapping of sections ({sections}), got {type_name(raw)}"
         raise ConfigError(path, [(None, reason)])
-    problems: list[tuple[tuple[Any, ...], str]] = []
-    data = interpolate(raw, os.environ if env is None else env, problems=problems)
-    if problems:
-        raise ConfigError(path, [(key_path(loc, raw), reason) for loc, reason in problems])
-    # An empty section (`web:`) means its defaults; an empty `cameras:` means none.
-    for section in list(data):
-        if data[section] is None and section in Settings.model_fields:
-            if section == "cameras":
-                data[section] = []
-            else:
-                del data[section]
-    try:
-        return Settings.model_validate(data, context={"base_dir": path.absolute().parent})
-    except ValidationError as exc:
-        raise format_validation_error(path, exc, data) from None
+    return raw
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):

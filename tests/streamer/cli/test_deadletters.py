@@ -85,12 +85,20 @@ async def test_400_is_a_dead_letter_listed_and_redriven_by_the_cli(
         assert sample(metrics, "lpr_webhook_dead_letters_total", target="crm") == 1
 
         capsys.readouterr()
+        # Listing reads the local outbox: no target's secret is needed for it.
+        monkeypatch.delenv("WEBHOOK_SECRET")
         argv = ["deadletters", "list", "--config", str(config_path)]
         assert await asyncio.to_thread(outbox_cli.main, argv) == 0
         out = capsys.readouterr().out
         assert rejected.event_id in out and "HTTP 400: unknown plate format" in out
         assert accepted.event_id not in out and "1 dead letter(s)" in out
         assert receiver.secret not in out
+        # Re-driving sends to the configured targets: it reads the whole config.
+        argv = ["deadletters", "redrive", "--config", str(config_path), "--all"]
+        assert await asyncio.to_thread(outbox_cli.main, argv) == 2
+        assert "environment variable WEBHOOK_SECRET is not set" in capsys.readouterr().err
+        assert await sink.outbox.state(rejected.event_id, "crm") == "dead"
+        monkeypatch.setenv("WEBHOOK_SECRET", receiver.secret)
 
         accept_all = True
         argv = [
@@ -123,8 +131,18 @@ async def test_400_is_a_dead_letter_listed_and_redriven_by_the_cli(
 def test_cli_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("cameras: [{name: gate, url: rtsp://cam/x}]\nwebhooks: [{name: x}]\n")
-    assert outbox_cli.main(["deadletters", "list", "--config", str(bad)]) == 2
+    assert outbox_cli.main(["deadletters", "redrive", "--all", "--config", str(bad)]) == 2
     assert "webhooks[x].url: required key is missing" in capsys.readouterr().err
+    # list reads the outbox section alone: its own errors still stop it, named.
+    bad.write_text("cameras: []\noutbox: {path: '${OUTBOX_DIR}/o.db'}\n")
+    assert outbox_cli.main(["deadletters", "list", "--config", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "outbox.path: environment variable OUTBOX_DIR is not set" in err, err
+    bad.write_text("cameras: []\noutbox: {retention_s: -1}\n")
+    assert outbox_cli.main(["deadletters", "list", "--config", str(bad)]) == 2
+    assert "outbox.retention_s:" in capsys.readouterr().err
+    assert outbox_cli.main(["deadletters", "list", "--config", str(tmp_path / "none.yaml")]) == 2
+    assert "config file not found" in capsys.readouterr().err
     good = tmp_path / "good.yaml"
     good.write_text("cameras: [{name: gate, url: rtsp://cam/x}]\n")
     assert outbox_cli.main(["deadletters", "list", "--config", str(good)]) == 1
