@@ -28,9 +28,9 @@ else
 BUILD_RUNTIME_ARGS :=
 MODELS_VARIANT := $(TARGET)
 endif
-# Detector input (HxW): the footage and most cameras are 16:9, and a 736x1280
-# letterbox does 42 % less work than the square 1280 default of the converter.
-MODEL_INPUT_SIZE ?= 736x1280
+# Detector input (HxW); empty: the converter's default (converters/model_config.py
+# DEFAULT_INPUT_HW, 736x1280 for 16:9 cameras).
+MODEL_INPUT_SIZE ?=
 MODEL_SOURCES := $(wildcard converters/*.py converters/*/*.py converters/templates/*) \
 	$(wildcard model_repository/plate_recognition/1/*.py)
 
@@ -57,11 +57,12 @@ $(STAMPS)/triton-env: Makefile
 # Debian packages: libpython3.11 for the Triton Python-backend stub; GStreamer's
 # RTSP server (tests serve the clip over real RTSP), ffmpeg (benchmarks),
 # Chromium and its driver (tests drive the live view in a real browser), Mosquitto (MQTT)
-# and PostgreSQL (the shared history): tests start their own servers on loopback.
+# and PostgreSQL (the shared history): tests start their own servers on loopback;
+# prometheus only for its promtool (tests check the /metrics scrape with it).
 APT_PACKAGES := libpython3.11 gstreamer1.0-rtsp gir1.2-gst-rtsp-server-1.0 python3-gi \
 	gstreamer1.0-plugins-good gstreamer1.0-plugins-bad gstreamer1.0-libav ffmpeg \
-	chromium chromium-driver mosquitto mosquitto-clients postgresql
-$(STAMPS)/system:
+	chromium chromium-driver mosquitto mosquitto-clients postgresql prometheus
+$(STAMPS)/system: Makefile
 	@mkdir -p $(STAMPS)
 	@if ! dpkg -s $(APT_PACKAGES) >/dev/null 2>&1; then \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES); fi
@@ -71,8 +72,8 @@ $(STAMPS)/system:
 models: $(STAMPS)/models-$(MODELS_VARIANT)
 $(STAMPS)/models-$(MODELS_VARIANT): $(STAMPS)/venv $(MODEL_SOURCES)
 	$(BIN)/python -m converters fetch
-	$(BIN)/python -m converters build --target $(TARGET) --input-size $(MODEL_INPUT_SIZE) \
-		$(BUILD_RUNTIME_ARGS)
+	$(BIN)/python -m converters build --target $(TARGET) \
+		$(if $(MODEL_INPUT_SIZE),--input-size $(MODEL_INPUT_SIZE)) $(BUILD_RUNTIME_ARGS)
 	@rm -f $(STAMPS)/models-*
 	@touch $@
 
@@ -80,8 +81,9 @@ test: setup models
 	$(BIN)/python -m pytest
 
 # The service on configs/demo.yaml (embedded CPU Triton), printing plate events.
+# Quiet (@): stdout carries only the events, one JSON line each.
 demo: setup models
-	LPR_ASSETS_DIR=$$($(BIN)/python -c 'from converters import assets; print(assets.default_assets_dir())') \
+	@LPR_ASSETS_DIR=$$($(BIN)/python -c 'from converters import assets; print(assets.default_assets_dir())') \
 		$(BIN)/python -m streamer run --config configs/demo.yaml --once
 
 # Side-by-side performance suite (about 40 minutes on 2 cores: P1-P4 ~17, overload ladder ~14,

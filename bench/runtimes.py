@@ -45,6 +45,7 @@ from bench.common import (
     summarize,
     tree_cpu_by_label,
 )
+from converters.model_config import DEFAULT_INPUT_HW
 from converters.paths import MODEL_REPOSITORY
 from streamer.tracking.tracker import iou_matrix
 
@@ -178,7 +179,7 @@ def default_input_size() -> str:
     if info.is_file():
         height, width = json.loads(info.read_text())["input_hw"]
         return f"{height}x{width}"
-    return "736x1280"
+    return "x".join(map(str, DEFAULT_INPUT_HW))
 
 
 @dataclass(frozen=True)

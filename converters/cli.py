@@ -8,7 +8,7 @@ from pathlib import Path
 
 from converters import assets
 from converters.errors import ConversionError
-from converters.model_config import PRECISIONS, RUNTIMES, Serving
+from converters.model_config import DEFAULT_INPUT_HW, PRECISIONS, RUNTIMES, Serving
 from converters.paths import MODEL_REPOSITORY
 
 
@@ -100,8 +100,11 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("--target", choices=("cpu", "gpu"), default="cpu")
     build.add_argument("--assets-dir", type=Path, help="folder holding weights/ (see fetch)")
     build.add_argument("--out", type=Path, default=MODEL_REPOSITORY, help="repository folder")
+    default_size = "x".join(map(str, DEFAULT_INPUT_HW))
     build.add_argument(
-        "--input-size", default="1280", help="detector input, N or HxW (default 1280)"
+        "--input-size",
+        default=default_size,
+        help=f"detector input, N or HxW in multiples of 32 (default {default_size})",
     )
     build.add_argument("--detector", type=Path, help="own detector: Ultralytics .pt or TorchScript")
     build.add_argument("--conf-threshold", type=float, default=0.25)

@@ -24,9 +24,8 @@ import torch
 from torch import Tensor, nn
 
 from converters.errors import ConversionError
+from converters.model_config import DEFAULT_INPUT_HW
 from converters.paths import import_plate_ops
-
-DEFAULT_INPUT_SIZE = 1280
 
 
 @dataclass(frozen=True)
@@ -107,7 +106,7 @@ def _export_with_ultralytics(
 
 def export_detector(
     checkpoint: Path,
-    input_hw: tuple[int, int] = (DEFAULT_INPUT_SIZE, DEFAULT_INPUT_SIZE),
+    input_hw: tuple[int, int] = DEFAULT_INPUT_HW,
     progress: Callable[[str], None] = print,
 ) -> ExportedDetector:
     if not checkpoint.is_file():

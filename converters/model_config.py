@@ -12,6 +12,11 @@ from tritonclient.grpc import model_config_pb2
 from converters.errors import ConversionError
 from converters.paths import TEMPLATES
 
+#: The detector's input (height, width) when none is asked for: the footage and most cameras
+#: are 16:9, which a 736x1280 letterbox holds with little padding, for 42 % less work than a
+#: square 1280x1280 one (`make models` and the README's commands use this default).
+DEFAULT_INPUT_HW = (736, 1280)
+
 
 @dataclass(frozen=True)
 class TensorModel:

@@ -25,6 +25,7 @@ import torch
 from converters import assets, detector, onnx_export, recognisers
 from converters.errors import ConversionError
 from converters.model_config import (
+    DEFAULT_INPUT_HW,
     Serving,
     TensorModel,
     cpu_precision_hint,
@@ -39,10 +40,12 @@ from converters.paths import (
     TEMPLATES,
     import_plate_ops,
 )
+from streamer.ops.build_info import BUILD_INFO_FILE
 
 #: Largest |eager - TorchScript| accepted for the recognisers.
 MAX_EXPORT_DIFFERENCE = 1e-5
-BUILD_INFO = "build_info.json"
+#: What was built, read back by the service (--version, lpr_build_info).
+BUILD_INFO = BUILD_INFO_FILE
 TARGETS = ("cpu", "gpu")
 RECOGNISER_MAX_BATCH = 64
 
@@ -52,7 +55,7 @@ class BuildOptions:
     target: str = "cpu"
     assets_dir: Path | None = None  # default: assets.default_assets_dir()
     out: Path = MODEL_REPOSITORY
-    input_hw: tuple[int, int] = (detector.DEFAULT_INPUT_SIZE, detector.DEFAULT_INPUT_SIZE)
+    input_hw: tuple[int, int] = DEFAULT_INPUT_HW
     detector_checkpoint: Path | None = None  # default: the asset YOLOv8n checkpoint
     conf_threshold: float = 0.25
     iou_threshold: float = 0.45

@@ -10,7 +10,7 @@ from tritonclient.grpc import model_config_pb2
 
 from converters import assets
 from converters.cli import main
-from converters.model_config import load_config
+from converters.model_config import DEFAULT_INPUT_HW, load_config
 
 MODELS = ("detector", "stn", "lprnet", "plate_recognition")
 
@@ -70,7 +70,7 @@ def test_cpu_target_is_python_backend_running_torchscript(tmp_path: Path) -> Non
         assert config.HasField("dynamic_batching")
         assert (out / name / "1" / "model.py").is_file()
     detector_config = load_config(out / "detector" / "config.pbtxt")
-    assert list(detector_config.input[0].dims) == [3, 1280, 1280]
+    assert list(detector_config.input[0].dims) == [3, *DEFAULT_INPUT_HW]  # 736x1280
     # Default CPU detector: two single-thread instances; the recognisers one instance.
     assert [g.count for g in detector_config.instance_group] == [2]
     assert detector_config.parameters["torch_threads"].string_value == "1"

@@ -25,6 +25,7 @@ from streamer.app import Service
 from streamer.config import load_config
 from streamer.inference.embedded.server import EmbeddedTriton
 from streamer.tracking.plate_formats import PlateFormats
+from tests.docs import marked
 
 CLIP = assets.verify(assets.asset("yard_cam.ts"), assets.default_assets_dir())
 PLATES = {"O567AM76", "Y836XH76"}
@@ -58,6 +59,36 @@ def test_demo_once_emits_exactly_the_two_plates() -> None:
         x1, y1, x2, y2 = event["box"]
         assert 0 <= x1 < x2 <= 1920 and 0 <= y1 < y2 <= 1080
     assert "every camera has ended" in done.stderr
+    _check_readme_shows(events)
+
+
+def _keys(node: object) -> set[str]:
+    if isinstance(node, dict):
+        return set(node) | {k for v in node.values() for k in _keys(v)}
+    if isinstance(node, list):
+        return {k for v in node for k in _keys(v)}
+    return set()
+
+
+def _check_readme_shows(events: list[dict[str, object]]) -> None:
+    """The README's demo output is what the demo prints: the same passes in the same order,
+    decided for the same reasons, with no key the events do not have."""
+    shown = [
+        line
+        for line in marked(PROJECT_ROOT / "README.md", "demo-output").text.splitlines()
+        if line.startswith("{")
+    ]
+
+    def field(line: str, key: str) -> str:
+        found = re.search(rf'"{key}": "([^"]+)"', line)
+        assert found, f"README demo output: no {key} in {line[:80]}"
+        return found.group(1)
+
+    assert [(field(line, "text"), field(line, "reason")) for line in shown] == [
+        (e["text"], e["reason"]) for e in events
+    ], "README.md's demo output no longer matches what `make demo` prints"
+    unknown = set(re.findall(r'"(\w+)":', "\n".join(shown))) - _keys(events)
+    assert not unknown, f"README.md's demo output shows keys the events lack: {unknown}"
 
 
 @pytest.mark.parametrize(
