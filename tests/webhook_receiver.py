@@ -6,6 +6,9 @@ behaviours taken one per request (``answer(500)``, ``slow(3)``, ...), then a
 default (200). ``stop()`` closes the listening socket, so the port refuses
 connections until ``start()`` binds the same port again.
 
+``Received.body_json`` is the body as sent (the Standard Webhooks envelope by default);
+``Received.payload`` the event it carries: the envelope's ``data``, or a bare body itself.
+
 ``make_event`` builds a ``PlateEvent`` directly (no Triton) with a tiny real JPEG.
 """
 
@@ -20,7 +23,7 @@ import os
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import cv2
@@ -76,7 +79,21 @@ class Received:
     verified: bool
     verify_error: str | None
     status: int | None = None  # what was answered (None: still being answered)
-    payload: dict[str, Any] = field(default_factory=dict)
+    #: The JSON body (None: not JSON).
+    body_json: Any = None
+
+    @property
+    def enveloped(self) -> bool:
+        """The body is the Standard Webhooks envelope ``{"type", "timestamp", "data"}``."""
+        body = self.body_json
+        return isinstance(body, dict) and set(body) == {"type", "timestamp", "data"}
+
+    @property
+    def payload(self) -> dict[str, Any]:
+        """The event: the envelope's ``data``, or the bare body ({} when not a JSON object)."""
+        if self.enveloped:
+            return self.body_json["data"]
+        return self.body_json if isinstance(self.body_json, dict) else {}
 
     @property
     def webhook_id(self) -> str:
@@ -150,7 +167,7 @@ class Receiver:
             verified, error = False, str(exc)
         received = Received(time.monotonic(), request.path, headers, body, verified, error)
         with contextlib.suppress(ValueError):
-            received.payload = json.loads(body)
+            received.body_json = json.loads(body)
         self.requests.append(received)
         if not verified:
             received.status = 401

@@ -93,6 +93,11 @@ class WebhookTargetConfig(Section):
         description="Longest Retry-After (of a 429 or 5xx answer) that is honoured; longer "
         "ones are cut to this.",
     )
+    payload: Literal["envelope", "bare"] = Field(
+        "envelope",
+        description="The body: envelope ({type, timestamp, data}: the event in data, as "
+        "Standard Webhooks recommends) or bare (the event itself).",
+    )
     crop: Literal["base64", "url", "none"] = Field(
         "base64",
         description="The plate crop in the payload: base64 (crop_jpeg_base64), url (crop_url, "

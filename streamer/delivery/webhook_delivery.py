@@ -13,10 +13,12 @@ sends one pending delivery and classifies the answer as an :class:`Outcome`:
 Requests are signed per the Standard Webhooks specification (``webhook-id`` = the
 message id: the event id for a pass's first report, ``<event_id>.v<version>`` for a
 correction, so a receiver deduplicates re-sent messages; ``webhook-timestamp``;
-``webhook-signature`` = ``v1,<base64 HMAC-SHA256>``). The payload is
+``webhook-signature`` = ``v1,<base64 HMAC-SHA256>``). The event is
 ``PlateEvent.to_dict()`` with the crop per target: ``crop_jpeg_base64``, or ``crop_url``
 (and ``frame_url``) as signed links that expire (streamer/domain/picture_links.py), or
-nothing. See docs/events.md.
+nothing. The body is the event in the Standard Webhooks envelope, ``{"type", "timestamp",
+"data"}`` (:func:`envelope`), or, with ``payload: bare``, the event itself. See
+docs/events.md.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import math
 import random
 from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import Any
 
 import aiohttp
 from standardwebhooks import Webhook
@@ -47,6 +50,15 @@ _ERROR_BODY_BYTES = 4096
 
 
 USER_AGENT = f"lpr-streamer/{__version__}"
+
+
+def envelope(event: dict[str, Any], decided_at: float) -> dict[str, Any]:
+    """The Standard Webhooks envelope of ``event``: its ``type`` (``plate`` or
+    ``plate.updated``), ``timestamp``, when the event occurred (``decided_at``: the Unix time
+    this version was decided and stored in the outbox; the same on every attempt), in UTC,
+    ISO 8601 as the event's own times, and the event itself as ``data``."""
+    moment = datetime.fromtimestamp(decided_at, tz=UTC).isoformat(timespec="milliseconds")
+    return {"type": event["type"], "timestamp": moment, "data": event}
 
 
 def is_retryable(status: int) -> bool:
@@ -118,19 +130,21 @@ class WebhookPoster:
             metrics.webhook_dead_letters.labels(name).inc()
 
     def body(self, item: PendingDelivery) -> str:
-        """The JSON body for this target: the stored payload plus the crop as configured."""
+        """The JSON body for this target: the stored event plus the crop as configured, in
+        the envelope or bare (``payload``)."""
         config = self.config
-        payload = dict(item.payload)
+        event = dict(item.payload)
         if config.crop == "base64":
             if item.crop is None:
                 raise ValueError("crop: base64 needs the crop (next_batch(with_crop=True))")
-            payload["crop_jpeg_base64"] = base64.b64encode(item.crop).decode("ascii")
+            event["crop_jpeg_base64"] = base64.b64encode(item.crop).decode("ascii")
         elif config.crop == "url":
             assert config.public_base_url is not None  # checked by the config
-            payload.update(
+            event.update(
                 picture_urls(config.public_base_url, item.event_id, self.links, frame=self.frames)
             )
-        return json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
+        body = event if config.payload == "bare" else envelope(event, item.created_at)
+        return json.dumps(body, ensure_ascii=False, separators=(",", ":"))
 
     async def post(self, session: aiohttp.ClientSession, item: PendingDelivery) -> Outcome:
         """One signed POST of ``item``; never raises for network trouble."""

@@ -136,12 +136,23 @@ class Camera(Model):
     webrtc_url: str
 
 
+class BoxColor(Model):
+    kind: Literal["confirmed", "tentative"]
+    color: str = Field(
+        pattern=r"^#[0-9a-f]{6}$", description="CSS colour of those boxes in the live video."
+    )
+    meaning: str = Field(description="What the colour means, for the page's legend.")
+
+
 class Info(Model):
     version: str
     login: bool = Field(description="A token is required (the page's login).")
     history: bool = Field(description="The service keeps a searchable history.")
     cameras: list[str]
     labels: list[str] = Field(description="The known-plate lists.")
+    box_colors: list[BoxColor] = Field(
+        description="The live view's legend: the colours of the boxes drawn into the video."
+    )
 
 
 class Shards(Model):

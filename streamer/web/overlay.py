@@ -6,6 +6,9 @@ track's text and id, ``O567AM76 #1``: the reported text once the pass is
 decided, else the vote so far with a ``?`` (``O567AM76? #1``); under it, smaller,
 this frame's own read when it differs. Nothing here touches the input image:
 callers run it in a thread (it is CPU work) and get a new array back.
+
+The colours are defined here only: the live page's legend shows :data:`BOX_COLORS`, which
+``GET /api/info`` serves.
 """
 
 from __future__ import annotations
@@ -22,6 +25,24 @@ from streamer.web.view_source import Snapshot
 CONFIRMED_COLOR = (0, 255, 0)
 TENTATIVE_COLOR = (0, 255, 255)
 LABEL_TEXT_COLOR = (0, 0, 0)
+
+
+def css_color(bgr: tuple[int, int, int]) -> str:
+    """The CSS ``#rrggbb`` of a BGR colour."""
+    blue, green, red = bgr
+    return f"#{red:02x}{green:02x}{blue:02x}"
+
+
+#: The legend of the live view (``box_colors`` of ``GET /api/info``): each box colour drawn
+#: into the video, and what it means.
+BOX_COLORS = (
+    {"kind": "confirmed", "color": css_color(CONFIRMED_COLOR), "meaning": "confirmed track"},
+    {
+        "kind": "tentative",
+        "color": css_color(TENTATIVE_COLOR),
+        "meaning": "tentative: not a confirmed track yet",
+    },
+)
 #: Widest picture the live view sends: VP8 and JPEG encoding cost grows with the area.
 MAX_WIDTH = 1280
 

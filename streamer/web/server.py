@@ -6,7 +6,8 @@ Routes (every one behind the token when one is configured):
   (:mod:`streamer.web.pages`); ``POST``/``DELETE /api/session``: log in and out
   (:mod:`streamer.web.sessions`);
 * ``GET /api/openapi.json``: this API in OpenAPI 3.1 (:mod:`streamer.web.openapi`);
-  ``GET /api/info``: what the pages need to know (login, history, cameras, labels);
+  ``GET /api/info``: what the pages need to know (login, history, cameras, labels, the
+  colours of the live view's boxes);
   ``GET /api/shards``: this replica (``I/N``) and which replica runs each camera;
 * ``GET /api/cameras``, ``GET /api/cameras/{name}``: status, health in words, fps
   configured and answered, last error, the plates of the latest recognised frame, the
@@ -71,7 +72,7 @@ from streamer.web.errors import PROBLEM, json_error, problem_text, problems
 from streamer.web.feed import JPEG_QUALITY, CameraFeed, Pace
 from streamer.web.history import HistoryRoutes
 from streamer.web.live_events import LiveEvents
-from streamer.web.overlay import MAX_WIDTH, encode_jpeg, render
+from streamer.web.overlay import BOX_COLORS, MAX_WIDTH, encode_jpeg, render
 from streamer.web.sessions import SessionRoutes, Sessions
 from streamer.web.view_source import CameraStatus, Snapshot, ViewSource
 from streamer.web.webrtc import CONNECT_TIMEOUT_S, MAX_SDP_CHARS, PeerConnections, read_offer
@@ -239,6 +240,7 @@ class WebServer:
             "history": self.view.history() is not None,
             "cameras": [status.name for status in self.view.camera_status()],
             "labels": self.view.labels(),
+            "box_colors": BOX_COLORS,
         }
         return web.json_response(dump(Info, info))
 

@@ -113,6 +113,6 @@ async def test_a_killed_replica_resumes_its_cameras_and_delivers_what_it_had_not
     # Twice only as the same message: the same id, the same bytes.
     bodies: dict[str, set[bytes]] = defaultdict(set)
     for request in receiver.delivered():
-        bodies[request.webhook_id].add(json.dumps(request.payload, sort_keys=True).encode())
+        bodies[request.webhook_id].add(json.dumps(request.body_json, sort_keys=True).encode())
     assert all(len(b) == 1 for b in bodies.values()), bodies
     assert {r.payload["camera"] for r in receiver.delivered()} <= set(mine)

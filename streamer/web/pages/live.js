@@ -1,5 +1,6 @@
 // The live view: every camera's video (WebRTC, MJPEG where the browser has none), the
-// plates of its latest recognised frame, its health in words; the recent events.
+// plates of its latest recognised frame, its health in words; the legend of the boxes' colours;
+// the recent events.
 "use strict";
 
 (() => {
@@ -189,6 +190,17 @@
     }));
   }
 
+  // The legend of the boxes' colours, as the server draws them (/api/info box_colors).
+  function showLegend(info) {
+    const items = (info.box_colors || []).map((box) => {
+      const swatch = el("span", { className: "swatch", "aria-hidden": "true" });
+      swatch.style.backgroundColor = box.color;
+      return el("li", { dataset: { kind: box.kind } }, swatch, box.meaning);
+    });
+    document.getElementById("legend-items").replaceChildren(...items);
+    document.getElementById("legend").hidden = items.length === 0;
+  }
+
   async function tick() {
     try {
       await refreshCameras();
@@ -200,7 +212,10 @@
   }
 
   window.addEventListener("pagehide", () => { for (const pc of Object.values(peers)) pc.close(); });
-  window.LPR.info().then((info) => window.LPR.nav("/", info)).catch(() => window.LPR.nav("/"));
+  window.LPR.info().then((info) => {
+    window.LPR.nav("/", info);
+    showLegend(info);
+  }).catch(() => window.LPR.nav("/"));
   tick();
   setInterval(tick, 1000);
 })();

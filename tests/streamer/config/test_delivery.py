@@ -44,7 +44,7 @@ def test_config_loads_targets_with_secret_from_the_environment(tmp_path: Path) -
         "  - {name: crm, url: 'https://user:pw@crm.example.com/hook?token=t0k', "
         "secret: '${WEBHOOK_SECRET}'}\n"
         "  - {name: erp, url: 'http://erp:8080/in', secret: '${WEBHOOK_SECRET}', crop: url, "
-        "public_base_url: 'https://lpr.example.com/', enabled: false}\n"
+        "public_base_url: 'https://lpr.example.com/', enabled: false, payload: bare}\n"
     )
     loaded = load_config(path, env={"WEBHOOK_SECRET": secret})
     crm, erp = loaded.webhooks
@@ -52,6 +52,7 @@ def test_config_loads_targets_with_secret_from_the_environment(tmp_path: Path) -
     assert (crm.timeout_s, crm.max_concurrency, crm.crop, crm.enabled) == (10, 4, "base64", True)
     assert (crm.retry_initial_delay_s, crm.retry_max_delay_s, crm.retry_after_max_s) == (1, 60, 600)
     assert erp.public_base_url == "https://lpr.example.com" and not erp.enabled
+    assert (crm.payload, erp.payload) == ("envelope", "bare")
     assert loaded.outbox.path == path.parent / "data" / "outbox.sqlite3"  # the config's folder
     assert loaded.outbox.retention_s == 7 * 86400 and loaded.outbox.prune_interval_s == 600
     for text in (repr(loaded), str(loaded), json.dumps(loaded.redacted()), repr(crm)):
@@ -102,6 +103,10 @@ def test_bad_secrets_are_rejected_without_being_shown(
         (
             "webhooks: [{name: crm, url: 'https://h/x', secret: '${S}', crop: jpeg}]",
             "webhooks[crm].crop: Input should be 'base64', 'url' or 'none'",
+        ),
+        (
+            "webhooks: [{name: crm, url: 'https://h/x', secret: '${S}', payload: raw}]",
+            "webhooks[crm].payload: Input should be 'envelope' or 'bare'",
         ),
         (
             "webhooks: [{name: crm, url: 'https://h/x', secret: '${S}'},"

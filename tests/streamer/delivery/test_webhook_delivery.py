@@ -1,16 +1,19 @@
 """One signed POST and what its answer comes to, against a real HTTP receiver on
 127.0.0.1 that verifies every signature with ``standardwebhooks``
 (tests/webhook_receiver.py): signatures and the secret kept out of sight, retryable
-answers and dead letters with their reason, the crop as base64, a URL or nothing.
+answers and dead letters with their reason, the event in the Standard Webhooks envelope or
+bare, the crop as base64, a URL or nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import json
 import logging
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -56,7 +59,7 @@ async def test_signatures_verify_and_tampering_fails(
     assert headers["webhook-signature"].startswith("v1,")
     assert headers["content-type"] == "application/json"
     assert headers["user-agent"] == USER_AGENT and USER_AGENT.startswith("lpr-streamer/")
-    assert Webhook(receiver.secret).verify(request.body, headers) == request.payload
+    assert Webhook(receiver.secret).verify(request.body, headers) == request.body_json
 
     tampered = request.body.replace(event.text.encode(), b"X000XX00")
     assert tampered != request.body
@@ -114,6 +117,8 @@ async def test_retryable_answers_are_retried(
     finally:
         await sink.close()
     assert [r.status for r in receiver.requests] == [status, 200]
+    first, retry = receiver.requests
+    assert retry.body == first.body  # the same payload, timestamp included, on every attempt
     assert sample(metrics, "lpr_webhook_retries_total", target="crm") == 1
 
 
@@ -154,7 +159,7 @@ async def test_crop_as_base64_url_or_none(receiver: Receiver, tmp_path: Path) ->
             crop="url",
             public_base_url=base,
         ),
-        target("bare", receiver.url.replace("/hook", "/bare"), receiver.secret, crop="none"),
+        target("none", receiver.url.replace("/hook", "/none"), receiver.secret, crop="none"),
     )
     sink = await open_sink(config)
     try:
@@ -166,7 +171,7 @@ async def test_crop_as_base64_url_or_none(receiver: Receiver, tmp_path: Path) ->
         await sink.close()
     (inline,) = receiver.delivered("/inline")
     (linked,) = receiver.delivered("/linked")
-    (bare,) = receiver.delivered("/bare")
+    (without,) = receiver.delivered("/none")
     expected = event.to_dict(include_crop=False)
     assert inline.payload == event.to_dict(include_crop=True)
     assert base64.b64decode(inline.payload["crop_jpeg_base64"]) == event.crop_jpeg
@@ -174,7 +179,8 @@ async def test_crop_as_base64_url_or_none(receiver: Receiver, tmp_path: Path) ->
         **expected,
         "crop_url": f"https://lpr.example.com/api/events/{event.event_id}/crop.jpg",
     }
-    assert bare.payload == expected
+    assert without.payload == expected
+    assert all(r.enveloped for r in (inline, linked, without))
     assert picture_urls("http://h:8080/lpr", "x", None, frame=False) == {
         "crop_url": "http://h:8080/lpr/api/events/x/crop.jpg"
     }
@@ -186,3 +192,37 @@ async def test_crop_as_base64_url_or_none(receiver: Receiver, tmp_path: Path) ->
         assert path == f"/api/events/x.v2/{picture}.jpg"
         fields = dict(part.split("=") for part in query.split("&"))
         links.check(path, fields["expires"], fields["sig"])  # raises when not valid
+
+
+async def test_the_event_in_the_envelope_by_default_or_bare(
+    receiver: Receiver, tmp_path: Path
+) -> None:
+    config = settings(
+        tmp_path,
+        target("enveloped", receiver.url.replace("/hook", "/enveloped"), receiver.secret),
+        target("bare", receiver.url.replace("/hook", "/bare"), receiver.secret, payload="bare"),
+    )
+    assert config.webhooks[0].payload == "envelope"
+    first = make_event()
+    update = dataclasses.replace(first, version=2, previous_text=first.text, text="O567AM76")
+    sink = await open_sink(config)
+    try:
+        before = datetime.now(UTC)
+        await sink.publish(first)
+        await sink.publish(update)
+        after = datetime.now(UTC)
+        await eventually(lambda: len(receiver.delivered()) == 4, 10, "four deliveries")
+    finally:
+        await sink.close()
+    events = [first.to_dict(include_crop=True), update.to_dict(include_crop=True)]
+    enveloped = receiver.delivered("/enveloped")
+    assert [r.webhook_id for r in enveloped] == [first.event_id, f"{first.event_id}.v2"]
+    bodies = [r.body_json for r in enveloped]
+    assert [set(b) for b in bodies] == [{"type", "timestamp", "data"}] * 2
+    assert [b["type"] for b in bodies] == ["plate", "plate.updated"]
+    assert [b["data"] for b in bodies] == events
+    # When each version was decided (stored in the outbox): UTC, ISO 8601, in order.
+    stamps = [datetime.fromisoformat(b["timestamp"]) for b in bodies]
+    assert all(s.utcoffset() == timedelta(0) for s in stamps)
+    assert before - timedelta(milliseconds=1) <= stamps[0] <= stamps[1] <= after
+    assert [r.body_json for r in receiver.delivered("/bare")] == events

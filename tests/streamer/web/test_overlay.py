@@ -9,8 +9,10 @@ import pytest
 from streamer.domain.frames import Frame
 from streamer.tracking.plate_pass import TrackedPlate
 from streamer.web.overlay import (
+    BOX_COLORS,
     CONFIRMED_COLOR,
     TENTATIVE_COLOR,
+    css_color,
     draw,
     encode_jpeg,
     label,
@@ -74,6 +76,25 @@ def test_confirmed_green_tentative_yellow_on_a_copy() -> None:
     assert (label_area.max(axis=2) < 60).sum() > 100
     # Inside the box, the picture is unchanged.
     assert np.array_equal(out[310:330, 1010:1090], image[310:330, 1010:1090])
+
+
+def test_the_legend_gives_the_colours_the_boxes_are_drawn_in() -> None:
+    assert css_color((255, 128, 0)) == "#0080ff"  # BGR in, #rrggbb out
+    image = np.full((200, 300, 3), 90, np.uint8)
+    plates = [
+        TrackedPlate((20.0, 100.0, 120.0, 140.0), "O567AM76", 1, True),
+        TrackedPlate((160.0, 100.0, 260.0, 140.0), "Y836XH76", None, False),
+    ]
+    out = draw(image, plates)
+
+    def pixel(y: int, x: int) -> str:
+        blue, green, red = (int(v) for v in out[y, x])
+        return css_color((blue, green, red))
+
+    drawn = {"confirmed": pixel(100, 60), "tentative": pixel(100, 200)}  # the top edges
+    assert {box["kind"]: box["color"] for box in BOX_COLORS} == drawn
+    assert drawn["confirmed"] != drawn["tentative"]
+    assert all(box["meaning"] for box in BOX_COLORS)
 
 
 def test_label_goes_below_a_box_at_the_top_and_boxes_are_clipped() -> None:

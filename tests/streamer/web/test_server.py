@@ -24,7 +24,7 @@ from streamer.app import Service
 from streamer.config import load_config
 from streamer.inference.embedded.server import EmbeddedTriton
 from streamer.web import WebServer
-from streamer.web.overlay import render
+from streamer.web.overlay import CONFIRMED_COLOR, TENTATIVE_COLOR, render
 from tests.streamer.web.clip_view import CLIP, Recording, decode_jpeg, eventually, web_url
 
 ARTIFACTS = PROJECT_ROOT / "test-output" / "test_web"
@@ -193,6 +193,24 @@ const r = video.getBoundingClientRect();
 return [r.left, r.top, r.width, r.height, window.devicePixelRatio, video.videoWidth];
 """
 
+LEGEND_JS = """
+const legend = document.getElementById("legend");
+if (!legend || legend.hidden) return null;
+const title = document.getElementById(
+  document.getElementById("legend-items").getAttribute("aria-labelledby"));
+return [title.textContent, ...[...legend.querySelectorAll("li")].map((li) => {
+  const swatch = li.querySelector(".swatch");
+  const box = swatch.getBoundingClientRect();
+  return [li.dataset.kind, li.textContent, getComputedStyle(swatch).backgroundColor,
+    box.width > 4 && box.height > 4];
+})];
+"""
+
+
+def _css_rgb(bgr: tuple[int, int, int]) -> str:
+    blue, green, red = bgr
+    return f"rgb({red}, {green}, {blue})"
+
 
 async def test_chromium_plays_the_annotated_live_view(
     tmp_path: Path, triton_server: EmbeddedTriton, chromium: Any, loopback_ice: None
@@ -231,6 +249,13 @@ async def test_chromium_plays_the_annotated_live_view(
             lambda width: width > 0,
             60,
         )
+        # The legend says which box colour is which, in the colours the overlay draws.
+        legend = await until(LEGEND_JS, lambda value: bool(value), 10)
+        assert legend == [
+            "Boxes in the video:",
+            ["confirmed", "confirmed track", _css_rgb(CONFIRMED_COLOR), True],
+            ["tentative", "tentative: not a confirmed track yet", _css_rgb(TENTATIVE_COLOR), True],
+        ]
         first = await asyncio.to_thread(
             lambda: chromium.execute_async_script(FRAMES_DECODED_JS, "yard")
         )
