@@ -261,7 +261,14 @@ def build(options: BuildOptions, progress: Callable[[str], None] = print) -> Pat
             progress(f"{name}: writing {options.target} model ({serving.runtime})")
             _write_model(staging, model, networks[name], options, serving, progress)
 
+        built_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        # The build is also in the BLS config, so that a client of a remote Triton can read it
+        # (get_model_config: lpr_build_info); build_info.json has the whole of it.
         bls_config = render_plate_recognition(
+            build_target=options.target,
+            build_runtime=serving.runtime,
+            build_precision=serving.precision,
+            built_at=built_at,
             input_height=options.input_hw[0],
             input_width=options.input_hw[1],
             head_layout=exported.layout,
@@ -282,7 +289,7 @@ def build(options: BuildOptions, progress: Callable[[str], None] = print) -> Pat
             "input_hw": list(options.input_hw),
             "detector_layout": exported.layout,
             "detector_output": list(exported.output_shape),
-            "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "built_at": built_at,
             "runtime": serving.runtime,
             "precision": serving.precision,
             **({"gpu_accelerator": "tensorrt"} if serving.tensorrt else {}),

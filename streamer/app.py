@@ -38,7 +38,8 @@ from streamer.delivery.publisher import EventPublisher
 from streamer.domain.picture_links import PictureLinks, open_links
 from streamer.inference.pool import TritonPool
 from streamer.ops import health, service_metrics
-from streamer.ops.metrics import Metrics
+from streamer.ops.build_info import ModelBuild, read_model_build
+from streamer.ops.metrics import Metrics, build_info
 from streamer.ops.reload import Plan, Reloader
 from streamer.ops.server import OpsServer
 from streamer.ops.startup import (
@@ -101,6 +102,8 @@ class Service:
         self.config_path = config_path
         self.triton: EmbeddedTriton | None = None
         self.watchdog: TritonWatchdog | None = None
+        #: The build of the repository the embedded Triton serves (its ``build_info.json``).
+        self.model_build: ModelBuild | None = None
         self.supervisor = Supervisor()
         self.recognizer: TritonPool | None = None
         self.deliveries: OutboxSink | None = None  # webhooks and MQTT, from the outbox
@@ -272,6 +275,7 @@ class Service:
         triton = self.settings.triton
         repository = triton.model_repository
         check_model_repository(repository)
+        self.model_build = await asyncio.to_thread(read_model_build, repository)
         LOG.info("no Triton URL configured: starting an embedded CPU Triton on %s", repository)
         self.triton = EmbeddedTriton(
             repository, startup_timeout_s=triton.embedded_startup_timeout_s
@@ -407,6 +411,9 @@ class Service:
             *service_metrics.part_metrics(self.supervisor, self.watchdog),
             *service_metrics.inference_metrics(self.recognizer),
             service_metrics.shard_metric(self.shard, list(self.cameras.running)),
+            build_info(
+                self.recognizer.endpoints.values() if self.recognizer else (), self.model_build
+            ),
         ]
 
     # -- stop --------------------------------------------------------------------------------

@@ -47,6 +47,9 @@ GOODBYE_TIMEOUT_S = 2.0
 #: MQTT 5: 0x84 Unsupported Protocol Version).
 _UNSUPPORTED_PROTOCOL = {1, 0x84}
 
+#: Why a connection failed or was lost (``lpr_mqtt_connection_failures_total``'s reasons).
+FAILURE_REASONS = ("unreachable", "refused", "lost")
+
 OnConnected = Callable[[aiomqtt.Client], Awaitable[None]]
 OnMessage = Callable[[aiomqtt.Message], Awaitable[None]]
 
@@ -90,6 +93,7 @@ class MqttConnection:
         self.config = config
         self.status = status or status_topic(config)
         self.metrics = metrics
+        metrics.known(metrics.mqtt_connection_failures, *((r,) for r in FAILURE_REASONS))
         self._on_connected = on_connected
         self._on_message = on_message
         self._wake = wake

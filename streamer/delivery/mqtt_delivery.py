@@ -59,6 +59,9 @@ LOG = logging.getLogger(__name__)
 
 #: The supervised part that keeps the broker connection up.
 CONNECTION_PART = "mqtt:connection"
+#: What a delivery to the broker comes to (``lpr_mqtt_deliveries_total``'s outcomes): none is
+#: a dead letter, the broker is tried again until it acknowledges.
+OUTCOMES: tuple[OutcomeKind, ...] = ("delivered", "retry")
 
 
 def event_json(payload: dict[str, Any]) -> str:
@@ -91,6 +94,7 @@ class MqttDeliverer:
         self.config = config
         self.status = ha.status_topic(config, replica)
         self.metrics = metrics
+        metrics.known(metrics.mqtt_deliveries, *((outcome,) for outcome in OUTCOMES))
         self.max_concurrency = config.max_concurrency
         self.links = links
         self.frames = frames

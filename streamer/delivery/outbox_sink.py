@@ -316,9 +316,11 @@ def deliverers_of(
     ``crop: url`` targets and MQTT (None: plain paths, which need the token); ``frames``: the
     history keeps vehicle pictures (a ``frame_url`` beside the crop's); ``shard``: the
     cameras this replica runs (default: all)."""
-    deliverers: list[Deliverer] = [
-        WebhookPoster(t, metrics, links, frames=frames) for t in settings.webhooks if t.enabled
-    ]
+    deliverers: list[Deliverer] = []
+    for target in settings.webhooks:
+        if target.enabled:
+            deliverers.append(WebhookPoster(target, metrics, links, frames=frames))
+            metrics.webhook_target(target.name)
     mqtt = settings.mqtt
     if mqtt is not None and mqtt.enabled:
         shard = shard or Shard()

@@ -112,8 +112,8 @@ class EventPublisher:
         queue_size: int = EVENT_QUEUE_SIZE,
         sink_timeout_s: float = SINK_TIMEOUT_S,
     ) -> None:
-        self.sinks = list(sinks)
         self.metrics = metrics
+        self.sinks = list(sinks)
         self.jpeg_quality = jpeg_quality
         #: The width of each event's vehicle picture (None: none is made; the history's).
         self.frame_max_width: int | None = None
@@ -127,6 +127,20 @@ class EventPublisher:
         self.failing: dict[str, str] = {}
         self._queue: asyncio.Queue[PlatePass] = asyncio.Queue(queue_size)
         self._publishing = asyncio.Lock()  # held while an event goes to the sinks
+
+    @property
+    def sinks(self) -> list[EventSink]:
+        """Where events go, in order."""
+        return self._sinks
+
+    @sinks.setter
+    def sinks(self, sinks: Sequence[EventSink]) -> None:
+        self._sinks = list(sinks)
+        self._count_sinks()
+
+    def _count_sinks(self) -> None:
+        """``lpr_sink_errors_total`` at 0 for each sink."""
+        self.metrics.known(self.metrics.sink_errors, *((sink.name,) for sink in self._sinks))
 
     @property
     def healthy(self) -> bool:
@@ -144,7 +158,8 @@ class EventPublisher:
                 self._queue.put_nowait(plate_pass)
             except asyncio.QueueFull:
                 self.dropped += 1
-                self.metrics.events_dropped.labels(plate_pass.camera).inc()
+                if self.metrics.counts(plate_pass.camera):
+                    self.metrics.events_dropped.labels(plate_pass.camera).inc()
                 LOG.error(
                     "event queue full (%d waiting: the sinks are far behind): pass %s v%d, "
                     "%s on %s, not published",
@@ -180,6 +195,7 @@ class EventPublisher:
             new = await open_new()
             at = self.sinks.index(old) if old is not None else len(self.sinks)
             self.sinks[at : at + (old is not None)] = [new] if new is not None else []
+            self._count_sinks()
             if old is not None:
                 self.failing.pop(old.name, None)
             return new
@@ -206,15 +222,18 @@ class EventPublisher:
     async def _publish(self, plate_pass: PlatePass) -> None:
         event = await build_event(plate_pass, self.jpeg_quality, self.frame_max_width)
         after_s = time.monotonic() - event.first_seen_monotonic
+        metrics, counted = self.metrics, self.metrics.counts(event.camera)
         if event.version == 1:
             self.emitted += 1
             self.by_camera[event.camera] += 1
-            self.metrics.events.labels(event.camera).inc()
-            self.metrics.frame_to_event_latency.labels(event.camera).observe(after_s)
+            if counted:
+                metrics.events.labels(event.camera).inc()
+                metrics.frame_to_event_latency.labels(event.camera).observe(after_s)
             what = event.text
         else:
             self.updates += 1
-            self.metrics.event_updates.labels(event.camera).inc()
+            if counted:
+                metrics.event_updates.labels(event.camera).inc()
             what = f"v{event.version}, {event.previous_text} corrected to {event.text}"
         LOG.info(
             "event %s: %s on %s (track %d, %d reads, %d pieces of evidence, %s, "

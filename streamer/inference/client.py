@@ -62,8 +62,12 @@ LOG = logging.getLogger(__name__)
 _OVERDUE_CHECK_S = 0.25
 
 
+#: The kinds of :class:`InferenceError` (``lpr_triton_errors_total``'s labels).
+ERROR_KINDS = ("model", "deadline", "stream")
+
+
 class InferenceError(Exception):
-    """A frame could not be recognised; ``kind`` is deadline, stream or model."""
+    """A frame could not be recognised; ``kind`` is one of :data:`ERROR_KINDS`."""
 
     def __init__(self, message: str, kind: str = "model") -> None:
         super().__init__(message)

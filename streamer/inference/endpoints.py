@@ -19,6 +19,7 @@ from tritonclient.grpc import KeepAliveOptions
 
 from streamer.inference.balancing import EndpointShare
 from streamer.inference.client import InferenceError, PlateRecognizer, short_error
+from streamer.ops.build_info import ModelBuild, model_build_from_config
 
 LOG = logging.getLogger(__name__)
 
@@ -79,6 +80,12 @@ class Endpoint:
         #: Its capacity relative to the others' (1.0: as the median), as applied.
         self.capacity = 1.0
         self.moved_off = 0  # cameras moved away because it failed
+        #: What it serves (``lpr_build_info``), as it said when its check last passed after
+        #: a failure: its Triton's version (server metadata) and its model's build (the model
+        #: config's parameters); None until it said.
+        self.triton_version: str | None = None
+        self.model_build: ModelBuild | None = None
+        self._build_read = False
         self._checker: aioclient.InferenceServerClient | None = None
 
     @property
@@ -115,6 +122,25 @@ class Endpoint:
             self.check_error = f"readiness check failed: {short_error(exc)}"
         else:
             self.check_ok, self.check_error = True, None
+            if not self._build_read:
+                await self._read_build(model, timeout_s)
+        if not self.check_ok:  # it may come back as another server: read it again then
+            self._build_read = False
+
+    async def _read_build(self, model: str, timeout_s: float) -> None:
+        """Its Triton's version and the build of ``model`` as the server gives them; a
+        failure leaves them as they were, to be read at the next check."""
+        assert self._checker is not None
+        try:
+            async with asyncio.timeout(timeout_s):
+                server = await self._checker.get_server_metadata(as_json=True)
+                config = await self._checker.get_model_config(model, as_json=True)
+        except Exception as exc:  # (TimeoutError included) informational only
+            LOG.debug("Triton endpoint %s: metadata not read: %s", self.url, short_error(exc))
+            return
+        self.triton_version = str(server.get("version") or "") or None
+        self.model_build = model_build_from_config(config)
+        self._build_read = True
 
     async def close_checker(self) -> None:
         if self._checker is not None:

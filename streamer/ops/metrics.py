@@ -7,20 +7,55 @@ moment (latencies, events, webhook deliveries) is observed where it happens.
 
 Names follow Prometheus conventions: base units (seconds), ``_total`` for
 counters, ``camera`` / ``target`` labels. The list is in docs/metrics.md.
+
+A labelled counter is exported at 0 for each label value known in advance (its kinds and
+outcomes, each configured camera, sink and target), so that ``rate()`` and alerts see its
+first increment. No ``_created`` series: prometheus-client's are switched off for the whole
+process when this module is imported (every registry of every service alike).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+import contextlib
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    ProcessCollector,
+    disable_created_metrics,
+)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+from streamer.ops.build_info import UNKNOWN, ModelBuild, package_version
+
+if TYPE_CHECKING:
+    from streamer.inference.endpoints import Endpoint
+
+# Process-wide in prometheus-client, and read as each series is made: before any metric.
+disable_created_metrics()
 
 #: Latency buckets: a CPU Triton answers in 0.1-3 s, a GPU one in 5-50 ms.
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 #: Frame-to-event: an event waits for the vote (seconds to max_delay_s).
 EVENT_LATENCY_BUCKETS = (0.25, 0.5, 1, 2, 4, 6, 8, 10, 15, 20, 30, 60, 120)
+#: The outcomes of ``lpr_webhook_deliveries_total`` (streamer/delivery/webhook_delivery.py
+#: counts a dead letter as ``dead_letter``).
+WEBHOOK_OUTCOMES = ("delivered", "retry", "dead_letter")
+#: The labels of ``lpr_build_info``, one series per Triton endpoint (docs/metrics.md).
+BUILD_INFO_LABELS = [
+    "endpoint",
+    "version",
+    "triton_version",
+    "model_built_at",
+    "model_runtime",
+    "model_precision",
+    "detector_input",
+]
 
 
 class Metrics:
@@ -124,6 +159,46 @@ class Metrics:
             ["outcome"],
             registry=r,
         )
+        #: The series each camera has here (the collector's come and go with the cameras).
+        self._per_camera: tuple[Counter | Histogram, ...] = (
+            self.events,
+            self.event_updates,
+            self.events_dropped,
+            self.inference_latency,
+            self.frame_to_event_latency,
+        )
+        self._removed_cameras: set[str] = set()
+
+    @staticmethod
+    def known(family: Counter, *values: Sequence[str]) -> None:
+        """Export ``family`` at 0 for each label value (a tuple of values per label)."""
+        for value in values:
+            family.labels(*value)
+
+    def camera_started(self, camera: str) -> None:
+        """``camera``'s series at 0 (it runs here: streamer/pipeline/cameras.py)."""
+        self._removed_cameras.discard(camera)
+        for family in self._per_camera:
+            family.labels(camera)
+
+    def camera_removed(self, camera: str) -> None:
+        """``camera``'s series gone, as its frame counters read by the collector are; a pass
+        it flushed as it stopped, published after this, is not counted (it would bring
+        them back)."""
+        self._removed_cameras.add(camera)
+        for family in self._per_camera:
+            with contextlib.suppress(KeyError):
+                family.remove(camera)
+
+    def counts(self, camera: str) -> bool:
+        """False for a camera removed (:meth:`camera_removed`) and not started again."""
+        return camera not in self._removed_cameras
+
+    def webhook_target(self, target: str) -> None:
+        """A webhook target's counters at 0 (each outcome)."""
+        self.known(self.webhook_deliveries, *((target, o) for o in WEBHOOK_OUTCOMES))
+        self.known(self.webhook_retries, (target,))
+        self.known(self.webhook_dead_letters, (target,))
 
     def add_collector(self, collect: Callable[[], Iterable[Metric]]) -> None:
         """Register a function that yields metric families at every scrape."""
@@ -148,3 +223,36 @@ def counter(name: str, documentation: str, labels: list[str]) -> CounterMetricFa
 
 def gauge(name: str, documentation: str, labels: list[str]) -> GaugeMetricFamily:
     return GaugeMetricFamily(name, documentation, labels=labels)
+
+
+def build_info(endpoints: Iterable[Endpoint], embedded: ModelBuild | None) -> GaugeMetricFamily:
+    """``lpr_build_info``: 1 per Triton endpoint, the versions as labels: the package's, the
+    endpoint's Triton's and the build of the models it serves. That build is ``embedded``, the
+    ``build_info.json`` of the repository the embedded Triton serves, when there is one; else
+    what the endpoint's model config says (the detector's input). Before any endpoint (an
+    embedded Triton starting), one series with an empty ``endpoint``."""
+    family = gauge(
+        "lpr_build_info",
+        "1 per Triton endpoint; the versions as labels: the package's, the Triton server's "
+        "and the served models' build (unknown until known).",
+        BUILD_INFO_LABELS,
+    )
+    served = [
+        (e.url, e.triton_version or UNKNOWN, embedded or e.model_build or ModelBuild())
+        for e in endpoints
+    ]
+    version = package_version()
+    for endpoint, triton_version, model in served or [("", UNKNOWN, embedded or ModelBuild())]:
+        family.add_metric(
+            [
+                endpoint,
+                version,
+                triton_version,
+                model.built_at,
+                model.runtime,
+                model.precision,
+                model.detector_input,
+            ],
+            1,
+        )
+    return family

@@ -44,6 +44,8 @@ RESTART_EVENT_KEYS = ("stdout", "file")
 DELIVERY_SECTIONS = ("webhooks", "mqtt")
 #: Sections that set the decision rules of every camera, applied to running cameras.
 RULE_SECTIONS = ("tracker", "events", "known_plates")
+#: What a reload comes to (``lpr_config_reloads_total``'s outcomes).
+OUTCOMES = ("applied", "unchanged", "refused")
 
 
 @dataclass
@@ -212,6 +214,7 @@ class Reloader:
         self.service = service
         self.path = path
         self.metrics = metrics
+        metrics.known(metrics.config_reloads, *((outcome,) for outcome in OUTCOMES))
         self.last: dict[str, Any] | None = None
         self.last_error: str | None = None
         self._wanted = asyncio.Event()

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import TextIO
 
 from streamer.config import CameraConfig, Settings
+from streamer.inference.client import ERROR_KINDS
 from streamer.ingest.frame_queue import FrameQueue
 from streamer.ingest.motion import MotionGate
 from streamer.ingest.source import CameraSource
@@ -104,6 +105,7 @@ class Cameras(Mapping[str, Camera]):
         self.once = once
         self.on_result = on_result
         self.running: dict[str, Camera] = {}
+        metrics.known(metrics.triton_errors, *((kind,) for kind in ERROR_KINDS))
 
     # A read-only mapping of the running cameras by name (a reload changes it).
     def __iter__(self) -> Iterator[str]:
@@ -162,6 +164,7 @@ class Cameras(Mapping[str, Camera]):
             raise RuntimeError(f"camera {config.name!r} is already running")
         camera = self.build(config, settings)
         self.running[config.name] = camera
+        self.metrics.camera_started(config.name)
         camera.source.start()
         camera.task = self.supervisor.start(camera.part, camera.pipeline.run)
         return camera
@@ -174,7 +177,8 @@ class Cameras(Mapping[str, Camera]):
         Each pipeline finishes its frames in flight and flushes its open passes; one that
         takes longer than ``grace_s`` (Triton not answering) is cancelled and its passes are
         flushed here. With ``forget``, the cameras are then forgotten: no part, no
-        scheduler weight (a reload); without it they stay listed, stopped (shutdown).
+        scheduler weight, no series in the metrics (a reload); without it they stay listed,
+        stopped (shutdown).
         """
         wanted = list(self.running) if names is None else names
         stopping = [self.running[n] for n in wanted if n in self.running]
@@ -193,6 +197,7 @@ class Cameras(Mapping[str, Camera]):
             await self.supervisor.remove(camera.part)
             if self.recognizer is not None:
                 self.recognizer.forget(camera.config.name)
+            self.metrics.camera_removed(camera.config.name)
             del self.running[camera.config.name]
 
     def reconfigure(self, settings: Settings) -> None:
