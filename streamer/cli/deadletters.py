@@ -48,7 +48,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         sub.add_argument("--target", help="only this webhook target (default: every target)")
     which = redrive.add_mutually_exclusive_group(required=True)
     which.add_argument(
-        "--event-id", dest="event_ids", action="append", metavar="ID", help="repeatable"
+        "--event-id",
+        dest="event_ids",
+        action="append",
+        metavar="ID",
+        help="the event id of a dead letter to re-drive (repeatable)",
     )
     which.add_argument("--all", action="store_true", help="every dead letter (of --target)")
     parser.set_defaults(func=run)

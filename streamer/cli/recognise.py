@@ -3,15 +3,25 @@
 ::
 
     python -m streamer recognise PATH [--every N] [--triton-url HOST:PORT] [--timeout S]
+                                      [--progress | --no-progress]
 
 Every ``N``-th decoded frame of ``PATH`` (a video, or an image: one frame) is sent to the
-``plate_recognition`` model; one JSON line per plate found is printed, in frame order::
+``plate_recognition`` model; one JSON line per plate found is printed on stdout, in frame
+order (Triton answers in any order; an answer waits for the frames before it)::
 
-    {"frame": 42, "time_s": 2.8, "text": "O567AM76", "valid": true, "text_score": 0.981,
-     "det_score": 0.874, "box": [812.4, 600.1, 955.0, 640.3]}
+    {"frame": 42, "time_s": 2.8, "stream_time_s": 12172.333, "text": "O567AM76",
+     "valid": true, "text_score": 0.981, "det_score": 0.874, "box": [812.4, 600.1, 955.0, 640.3]}
 
-``frame`` is the index of the decoded frame, ``time_s`` its stream time, ``valid`` whether
-the text is a plate of the default formats (streamer/tracking/plate_formats.py).
+``frame`` is the index of the decoded frame; ``time_s`` its time from the start of the file
+(0 for the first frame); ``stream_time_s`` the stream's own clock, its presentation time (an
+MPEG-TS recording starts where the camera's clock stood: 12169.533 s for the sample clip);
+``valid`` whether the text is a plate of the default formats
+(streamer/tracking/plate_formats.py).
+
+Nothing else goes to stdout. On stderr: the log, and for a video a progress bar (tqdm) of the
+frames done, out of the container's frame count, or its duration times its frame rate (an
+estimate, corrected at the end), when it has either. The bar is on when stderr is a terminal;
+``--progress`` / ``--no-progress`` force it either way.
 
 It runs on the service's own parts: the file is decoded by a
 :class:`~streamer.ingest.source.CameraSource` keeping every frame (PyAV, as a file camera of
@@ -19,33 +29,50 @@ the service reads it), and the frames go to Triton through
 :class:`~streamer.inference.client.PlateRecognizer` with the ``triton`` section's defaults
 (one gRPC stream, the adaptive window of one camera). With no ``--triton-url`` an embedded
 CPU Triton is started on ``model_repository/`` and stopped at the end; it is imported only
-then. ``--timeout`` bounds the whole run (and so each frame).
+then. ``--triton-url`` is the ``host:port`` of a Triton's gRPC endpoint, with the rule of
+``triton.url`` in the config: no scheme (an ``http://`` address is usually Triton's HTTP port,
+which does not speak gRPC; the parser refuses it rather than guess). Before the file is read,
+the server and the model are asked once whether they are ready (within
+``triton.connect_timeout_s``, or ``--timeout`` if shorter); ``--timeout`` then bounds the
+rest of the run (and so each frame).
 
-Exit codes: 0 every frame sent was answered; 1 a frame failed, nothing could be decoded,
-Triton never answered, or the timeout passed; 2 a missing file, a repository not built, or
-a bad ``--every``.
+Exit codes: 0 every frame sent was answered; 1 Triton unreachable or not ready (one line),
+the embedded Triton did not start or its repository is not built, a frame failed, nothing
+could be decoded, or the timeout passed; 2 usage: a missing file, ``--every`` under 1,
+``--timeout`` not above 0, ``--triton-url`` not ``host:port``; 130 interrupted (Ctrl-C).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
+import math
 import sys
 from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import av
+import tritonclient.grpc.aio as aioclient
+from pydantic import ValidationError
+from tqdm import tqdm
+from tqdm.contrib.logging import logging_redirect_tqdm
+from tritonclient.utils import InferenceServerException
+
 from streamer.config import TritonConfig
 from streamer.domain.frames import Frame, PlateReading
 from streamer.inference.client import InferenceError, PlateRecognizer
 from streamer.inference.scheduler import scheduler_for
+from streamer.ingest.decode import declared_rate
 from streamer.ingest.frame_queue import FrameQueue
 from streamer.ingest.sampling import EVERY_FRAME
 from streamer.ingest.source import CameraSource
 from streamer.ops.paths import DEFAULT_MODEL_REPOSITORY
+from streamer.ops.startup import BLS_CONFIG
 from streamer.tracking.plate_formats import PlateFormats
 
 LOG = logging.getLogger("streamer")
@@ -53,15 +80,74 @@ LOG = logging.getLogger("streamer")
 DECODE_AHEAD = 8
 
 
+def positive_int(text: str) -> int:
+    """argparse ``type=``: an integer of 1 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
+    return value
+
+
+def positive_seconds(text: str) -> float:
+    """argparse ``type=``: a finite number of seconds above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"must be above 0 seconds, got {text}")
+    return value
+
+
+def triton_address(text: str) -> str:
+    """argparse ``type=``: ``host:port``, checked as ``triton.url`` of the config is."""
+    try:
+        TritonConfig(url=text)
+    except ValidationError as exc:
+        message = str(exc.errors()[0]["msg"]).removeprefix("Value error, ")
+        raise argparse.ArgumentTypeError(message) from None
+    return text
+
+
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Add ``recognise`` to an ``add_subparsers()`` object (of ``python -m streamer``)."""
     parser: argparse.ArgumentParser = subparsers.add_parser(
-        "recognise", help="print the plates of a video or image file"
+        "recognise",
+        help="print the plates of a video or image file, frame by frame (JSON lines)",
+        description="Print one JSON line per plate found in every Nth frame of a file.",
     )
-    parser.add_argument("path", type=Path)
-    parser.add_argument("--every", type=int, default=3, help="send every Nth frame")
-    parser.add_argument("--triton-url", help="host:port of a running Triton (gRPC)")
-    parser.add_argument("--timeout", type=float, default=600.0, help="stream deadline, s")
+    parser.add_argument(
+        "path", type=Path, metavar="PATH", help="a video (.ts, .mp4, .mkv, ...) or image file"
+    )
+    parser.add_argument(
+        "--every",
+        type=positive_int,
+        default=3,
+        metavar="N",
+        help="send every Nth decoded frame to Triton (1: all of them; default %(default)s)",
+    )
+    parser.add_argument(
+        "--triton-url",
+        type=triton_address,
+        metavar="HOST:PORT",
+        help="the gRPC host:port of a running Triton, without a scheme (127.0.0.1:8001); "
+        "default: start an embedded CPU Triton on model_repository/",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=positive_seconds,
+        default=600.0,
+        metavar="S",
+        help="give up after S seconds for the whole file (default %(default)g)",
+    )
+    parser.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        help="show a progress bar on stderr, or not (default: when stderr is a terminal)",
+    )
     parser.set_defaults(func=run)
     return parser
 
@@ -71,27 +157,102 @@ def run(args: argparse.Namespace) -> int:
     if not args.path.is_file():
         print(f"error: {args.path} does not exist", file=sys.stderr)
         return 2
-    if args.every < 1:
-        print(f"error: --every must be 1 or more, got {args.every}", file=sys.stderr)
-        return 2
+    progress = sys.stderr.isatty() if args.progress is None else bool(args.progress)
     if args.triton_url:
-        return asyncio.run(recognise(args.triton_url, args.path, args.every, args.timeout))
+        return asyncio.run(
+            recognise(args.triton_url, args.path, args.every, args.timeout, progress=progress)
+        )
     repository = DEFAULT_MODEL_REPOSITORY
-    if not (repository / "build_info.json").is_file():
-        print("error: model_repository/ is not built: run `make models`", file=sys.stderr)
-        return 2
+    if not (repository / BLS_CONFIG).is_file():
+        print(
+            f"error: the model repository {repository} is not built: run `make models`, or "
+            "give --triton-url of a running Triton",
+            file=sys.stderr,
+        )
+        return 1
     # Here only: a run against a Triton of its own never imports the embedded one.
+    from streamer.inference.embedded.errors import TritonStartError
     from streamer.inference.embedded.server import EmbeddedTriton
+    from streamer.ops.startup import triton_start_error
 
     LOG.info("starting the embedded Triton on %s", repository)
-    with EmbeddedTriton(repository) as server:
-        return asyncio.run(recognise(server.grpc_url, args.path, args.every, args.timeout))
+    try:
+        with EmbeddedTriton(repository) as server:
+            return asyncio.run(
+                recognise(server.grpc_url, args.path, args.every, args.timeout, progress=progress)
+            )
+    except TritonStartError as exc:
+        print(f"error: {triton_start_error(exc)}", file=sys.stderr)
+        return 1
 
 
-async def recognise(url: str, path: Path, every: int, timeout_s: float) -> int:
-    """Print the plates of every ``every``-th frame of ``path`` read by Triton at ``url``;
-    the exit code."""
+async def triton_problem(url: str, model: str, timeout_s: float) -> str | None:
+    """Why the Triton at ``url`` cannot take frames for ``model`` (unreachable, not ready, no
+    such model), in one line; None when it can. One question each, within ``timeout_s``."""
+    client = aioclient.InferenceServerClient(url)
+    try:
+        async with asyncio.timeout(timeout_s):
+            if not await client.is_server_ready():
+                return f"Triton at {url} is not ready"
+            if not await client.is_model_ready(model):
+                return f"Triton at {url} has no model {model} ready"
+    except TimeoutError:
+        return f"Triton at {url} did not answer within {timeout_s:g} s"
+    except InferenceServerException as exc:
+        why = (exc.message() or str(exc)).splitlines()[0]
+        return f"cannot reach Triton at {url} ({why}): is it running, and is that its gRPC port?"
+    finally:
+        with contextlib.suppress(Exception):  # closing a channel that never connected
+            await client.close()
+    return None
+
+
+def frame_total(path: Path) -> int | None:
+    """How many frames the video ``path`` holds: its container's count, else its duration
+    times its frame rate; 0 when it says neither; None when it is no video PyAV can open (the
+    source then says why)."""
+    try:
+        with av.open(str(path)) as container:
+            if not container.streams.video:
+                return None
+            stream = container.streams.video[0]
+            if stream.frames:
+                return int(stream.frames)
+            rate = declared_rate(stream)
+            if stream.duration and stream.time_base and rate:
+                return round(float(stream.duration * stream.time_base) * rate)
+            if container.duration and rate:
+                return round(container.duration / av.time_base * rate)
+            return 0
+    except (av.error.FFmpegError, OSError, ValueError):
+        return None
+
+
+async def recognise(
+    url: str, path: Path, every: int, timeout_s: float, *, progress: bool = False
+) -> int:
+    """Print the plates of every ``every``-th frame of ``path`` read by Triton at ``url``,
+    with a progress bar on stderr when ``progress`` and ``path`` is a video; the exit code."""
     triton = TritonConfig()
+    problem = await triton_problem(url, triton.model, min(timeout_s, triton.connect_timeout_s))
+    if problem is not None:
+        print(f"error: {problem}", file=sys.stderr)
+        return 1
+    total = await asyncio.to_thread(frame_total, path) if progress else None
+    with contextlib.ExitStack() as stack:
+        bar = None
+        if total is not None and total != 1:  # a video (0: of unknown length)
+            bar = stack.enter_context(
+                tqdm(total=total or None, desc=path.name, unit="frame", file=sys.stderr)
+            )
+            stack.enter_context(logging_redirect_tqdm())  # log lines above the bar
+        return await _recognise(url, path, every, timeout_s, triton, _Printer(PlateFormats(), bar))
+
+
+async def _recognise(
+    url: str, path: Path, every: int, timeout_s: float, triton: TritonConfig, printer: _Printer
+) -> int:
+    """The run on a Triton that answered: decode, send, print in frame order; the exit code."""
     recognizer = PlateRecognizer(
         url,
         triton.model,
@@ -108,7 +269,6 @@ async def recognise(url: str, path: Path, every: int, timeout_s: float) -> int:
         loop_file=False,
         queue=queue,
     )
-    printer = _Printer(PlateFormats())
     pending: deque[tuple[Frame, asyncio.Task[tuple[PlateReading, ...]]]] = deque()
     await recognizer.start()
     try:
@@ -120,6 +280,8 @@ async def recognise(url: str, path: Path, every: int, timeout_s: float) -> int:
                 return 1
             source.start()
             while (frame := await queue.get()) is not None:
+                if printer.origin_s is None:
+                    printer.origin_s = frame.pts_s  # the first frame: time_s 0
                 if frame.index % every:
                     continue
                 permit = await recognizer.acquire(frame.camera)  # bounds the frames in flight
@@ -127,11 +289,12 @@ async def recognise(url: str, path: Path, every: int, timeout_s: float) -> int:
                     recognizer.recognise(frame, permit), name=f"recognise-{frame.index}"
                 )
                 pending.append((frame, task))
-                while pending and pending[0][1].done():
+                while pending and pending[0][1].done():  # in frame order
                     printer.report(*pending.popleft())
             while pending:
                 await asyncio.wait([pending[0][1]])
                 printer.report(*pending.popleft())
+            printer.finish(source.stats.decoded)
     except TimeoutError:
         LOG.error("not done within --timeout %g s", timeout_s)
         printer.failures += 1
@@ -148,10 +311,14 @@ async def recognise(url: str, path: Path, every: int, timeout_s: float) -> int:
 
 
 class _Printer:
-    """Prints the plates of each answered frame; counts the frames and the failures."""
+    """Prints the plates of each answered frame, moves the progress bar (if any) on, and
+    counts the frames answered and failed."""
 
-    def __init__(self, formats: PlateFormats) -> None:
+    def __init__(self, formats: PlateFormats, bar: tqdm | None) -> None:
         self.formats = formats
+        self.bar = bar
+        #: The first frame's stream time: ``time_s`` is measured from it.
+        self.origin_s: float | None = None
         self.answered = 0
         self.failures = 0
 
@@ -163,20 +330,36 @@ class _Printer:
         except InferenceError as exc:
             self.failures += 1
             LOG.error("frame %s: %s", frame.index, exc)
+            plates = ()
+        lines = list(plate_lines(frame, plates, self.formats, self.origin_s or 0.0))
+        if self.bar is None:
+            for line in lines:
+                print(line, flush=True)
             return
-        for line in plate_lines(frame, plates, self.formats):
-            print(line, flush=True)
+        if lines:
+            with tqdm.external_write_mode(file=sys.stdout):  # the bar steps aside on a terminal
+                for line in lines:
+                    print(line, flush=True)
+        self.bar.update(frame.index + 1 - self.bar.n)  # frames up to this one are done
+
+    def finish(self, decoded: int) -> None:
+        """The file has ended after ``decoded`` frames: the bar shows them all."""
+        if self.bar is not None:
+            self.bar.total = decoded
+            self.bar.update(decoded - self.bar.n)
 
 
 def plate_lines(
-    frame: Frame, plates: tuple[PlateReading, ...], formats: PlateFormats
+    frame: Frame, plates: tuple[PlateReading, ...], formats: PlateFormats, origin_s: float
 ) -> Iterator[str]:
-    """One JSON line per plate of ``frame`` (the format in this module's docstring)."""
+    """One JSON line per plate of ``frame``, whose file began at stream time ``origin_s`` (the
+    format in this module's docstring)."""
     for plate in plates:
         yield json.dumps(
             {
                 "frame": frame.index,
-                "time_s": round(frame.pts_s, 3),
+                "time_s": round(frame.pts_s - origin_s, 3),
+                "stream_time_s": round(frame.pts_s, 3),
                 "text": plate.text,
                 "valid": formats.is_valid(plate.text),
                 "text_score": round(plate.text_score, 3),
