@@ -57,15 +57,20 @@ $(STAMPS)/triton-env: Makefile
 # Debian packages: libpython3.11 for the Triton Python-backend stub; GStreamer's
 # RTSP server (tests serve the clip over real RTSP), ffmpeg (benchmarks),
 # Chromium and its driver (tests drive the live view in a real browser), Mosquitto (MQTT)
-# and PostgreSQL (the shared history): tests start their own servers on loopback;
-# prometheus only for its promtool (tests check the /metrics scrape with it).
+# and PostgreSQL (the shared history): tests start their own servers on loopback.
 APT_PACKAGES := libpython3.11 gstreamer1.0-rtsp gir1.2-gst-rtsp-server-1.0 python3-gi \
 	gstreamer1.0-plugins-good gstreamer1.0-plugins-bad gstreamer1.0-libav ffmpeg \
-	chromium chromium-driver mosquitto mosquitto-clients postgresql prometheus
+	chromium chromium-driver mosquitto mosquitto-clients postgresql
+# prometheus only for its promtool (tests check a /metrics scrape with it): without its
+# recommended node exporter, and its server is stopped and disabled where systemd runs.
+PROMTOOL_PACKAGE := prometheus
 $(STAMPS)/system: Makefile
 	@mkdir -p $(STAMPS)
-	@if ! dpkg -s $(APT_PACKAGES) >/dev/null 2>&1; then \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES); fi
+	@if ! dpkg -s $(APT_PACKAGES) $(PROMTOOL_PACKAGE) >/dev/null 2>&1; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES) \
+		&& DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+			$(PROMTOOL_PACKAGE) \
+		&& { systemctl disable --now prometheus >/dev/null 2>&1 || true; }; fi
 	@touch $@
 
 # Weights are verified (sha256) or downloaded, then exported into model_repository/.
