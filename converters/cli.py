@@ -10,17 +10,7 @@ from converters import assets
 from converters.errors import ConversionError
 from converters.model_config import DEFAULT_INPUT_HW, PRECISIONS, RUNTIMES, Serving
 from converters.paths import MODEL_REPOSITORY
-
-
-def _positive_int(text: str) -> int:
-    """argparse type: an integer >= 1 (argparse then names the option in its error)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
+from streamer.cli.arguments import positive_int
 
 
 def _progress(message: str) -> None:
@@ -110,17 +100,17 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("--conf-threshold", type=float, default=0.25)
     build.add_argument("--iou-threshold", type=float, default=0.45)
     build.add_argument(
-        "--gpu-instances", type=_positive_int, default=1, help="instances per GPU model"
+        "--gpu-instances", type=positive_int, default=1, help="instances per GPU model"
     )
     build.add_argument(
         "--cpu-detector-instances",
-        type=_positive_int,
+        type=positive_int,
         default=2,
         help="CPU target: detector instances (default 2; one frame each at a time)",
     )
     build.add_argument(
         "--cpu-detector-threads",
-        type=_positive_int,
+        type=positive_int,
         default=1,
         help="CPU target: threads (torch or OpenVINO) per detector instance (default 1); "
         "instances x threads should not exceed the cores Triton may use",

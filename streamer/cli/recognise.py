@@ -49,7 +49,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import math
 import sys
 from collections import deque
 from collections.abc import Iterator
@@ -63,6 +62,7 @@ from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 from tritonclient.utils import InferenceServerException
 
+from streamer.cli.arguments import positive_int, positive_seconds
 from streamer.config import TritonConfig
 from streamer.domain.frames import Frame, PlateReading
 from streamer.inference.client import InferenceError, PlateRecognizer
@@ -78,28 +78,6 @@ from streamer.tracking.plate_formats import PlateFormats
 LOG = logging.getLogger("streamer")
 #: Frames decoded ahead of inference: the decode thread waits when this many are queued.
 DECODE_AHEAD = 8
-
-
-def positive_int(text: str) -> int:
-    """argparse ``type=``: an integer of 1 or more."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
-    return value
-
-
-def positive_seconds(text: str) -> float:
-    """argparse ``type=``: a finite number of seconds above 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
-    if not (value > 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"must be above 0 seconds, got {text}")
-    return value
 
 
 def triton_address(text: str) -> str:

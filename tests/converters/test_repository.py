@@ -98,7 +98,7 @@ def test_cpu_detector_sizes_must_be_positive(
     with pytest.raises(SystemExit) as stop:
         main(["build", "--out", str(tmp_path / "repo"), option, "0"])
     assert stop.value.code == 2
-    assert f"{option}: must be at least 1, got 0" in capsys.readouterr().err
+    assert f"{option}: must be 1 or more, got 0" in capsys.readouterr().err
     assert not (tmp_path / "repo").exists()
 
 

@@ -23,13 +23,13 @@ from converters.paths import MODEL_REPOSITORY
 from streamer import __version__
 from streamer.app import Service
 from streamer.config import load_config
-from streamer.delivery.events import PlateEvent
 from streamer.delivery.publisher import EventPublisher
 from streamer.inference.embedded.server import EmbeddedTriton
 from streamer.ops.metrics import BUILD_INFO_LABELS, Metrics
 from tests.mqtt_broker import Broker
 from tests.plate_passes import a_pass
 from tests.polling import until
+from tests.streamer.delivery.test_publisher import Recorder
 from tests.webhook_receiver import new_secret
 
 CLIP = assets.verify(assets.asset("yard_cam.ts"), assets.default_assets_dir())
@@ -243,19 +243,6 @@ async def test_known_labels_at_0_build_info_of_a_remote_triton_and_cameras_reloa
     for name in ("lpr_events_total", "lpr_event_updates_total", "lpr_events_dropped_total"):
         assert _labels(reloaded, name) == [{"camera": "gate"}], name
     assert _value(after, "lpr_frames_decoded_total", camera="gate") is not None
-
-
-class Recorder:
-    name = "recorder"
-
-    def __init__(self) -> None:
-        self.events: list[PlateEvent] = []
-
-    async def publish(self, event: PlateEvent) -> None:
-        self.events.append(event)
-
-    async def close(self) -> None:
-        return None
 
 
 async def test_a_pass_of_a_removed_camera_brings_no_series_back() -> None:

@@ -1,0 +1,30 @@
+"""argparse ``type=`` functions shared by the command lines (``python -m streamer`` and
+``python -m converters``): a bad value is a usage error that argparse reports naming the
+option, exit code 2."""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+
+def positive_int(text: str) -> int:
+    """argparse ``type=``: an integer of 1 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
+    return value
+
+
+def positive_seconds(text: str) -> float:
+    """argparse ``type=``: a finite number of seconds above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"must be above 0 seconds, got {text}")
+    return value
