@@ -144,9 +144,16 @@ def test_the_timeout_ends_the_run_with_no_bar_off_a_terminal(
 
 def test_ctrl_c_exits_130_and_cleans_up(clip: Path, triton_server: EmbeddedTriton) -> None:
     """SIGINT once the first plate is out: exit 130, no traceback, whole lines on stdout."""
+    # A child inherits an ignored SIGINT (a test run started in the background by a shell
+    # without job control ignores it), and Python then leaves it ignored: the child restores
+    # Python's own handler first, as a terminal's child would have it.
+    as_from_a_terminal = (
+        "import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+        "sys.argv[0] = 'streamer'; runpy.run_module('streamer', run_name='__main__')"
+    )
     proc = subprocess.Popen(
         [
-            *(sys.executable, "-m", "streamer", "recognise", str(clip), "--every", "1"),
+            *(sys.executable, "-c", as_from_a_terminal, "recognise", str(clip), "--every", "1"),
             *("--triton-url", triton_server.grpc_url, "--progress"),
         ],
         cwd=PROJECT_ROOT,
