@@ -66,6 +66,7 @@ from streamer.cli.arguments import positive_int, positive_seconds
 from streamer.config import TritonConfig
 from streamer.domain.frames import Frame, PlateReading
 from streamer.inference.client import InferenceError, PlateRecognizer
+from streamer.inference.endpoints import check_ready
 from streamer.inference.scheduler import scheduler_for
 from streamer.ingest.decode import declared_rate
 from streamer.ingest.frame_queue import FrameQueue
@@ -169,11 +170,9 @@ async def triton_problem(url: str, model: str, timeout_s: float) -> str | None:
     such model), in one line; None when it can. One question each, within ``timeout_s``."""
     client = aioclient.InferenceServerClient(url)
     try:
-        async with asyncio.timeout(timeout_s):
-            if not await client.is_server_ready():
-                return f"Triton at {url} is not ready"
-            if not await client.is_model_ready(model):
-                return f"Triton at {url} has no model {model} ready"
+        await check_ready(client, model, timeout_s)
+    except InferenceError as exc:
+        return f"Triton at {url}: {exc}"
     except TimeoutError:
         return f"Triton at {url} did not answer within {timeout_s:g} s"
     except InferenceServerException as exc:

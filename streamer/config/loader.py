@@ -86,7 +86,6 @@ def _interpolated(raw: dict[str, Any], path: Path, env: Mapping[str, str] | None
 
 def _read_sections(path: Path) -> dict[str, Any]:
     """The file's top-level mapping, parsed (bounded, strict YAML), not yet interpolated."""
-    path = Path(path)
     try:
         with path.open("rb") as file:  # bounded: --config /dev/zero must not fill memory
             data = file.read(MAX_CONFIG_BYTES + 1)

@@ -23,6 +23,22 @@ from streamer.ops.build_info import ModelBuild, model_build_from_config
 
 LOG = logging.getLogger(__name__)
 
+
+async def check_ready(
+    client: aioclient.InferenceServerClient, model: str, timeout_s: float
+) -> None:
+    """Ask the Triton of ``client`` whether it and ``model`` are ready, within ``timeout_s``.
+
+    Raises :class:`InferenceError` naming what is not ready, :class:`TimeoutError` when it
+    does not answer in time, and the client's own errors when it cannot be reached.
+    """
+    async with asyncio.timeout(timeout_s):
+        if not await client.is_server_ready():
+            raise InferenceError("server not ready")
+        if not await client.is_model_ready(model):
+            raise InferenceError(f"model {model} is not ready")
+
+
 _warned: set[str] = set()
 
 
@@ -109,11 +125,7 @@ class Endpoint:
         if self._checker is None:
             self._checker = aioclient.InferenceServerClient(self.url, keepalive_options=keepalive)
         try:
-            async with asyncio.timeout(timeout_s):
-                if not await self._checker.is_server_ready():
-                    raise InferenceError("server not ready")
-                if not await self._checker.is_model_ready(model):
-                    raise InferenceError(f"model {model} is not ready")
+            await check_ready(self._checker, model, timeout_s)
         except TimeoutError:
             self.check_ok = False
             self.check_error = f"readiness check unanswered within {timeout_s:g} s"
