@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import json
 import math
 import os
@@ -60,6 +59,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Self
 
+from streamer.ops.parent_death import dying_with_parent
+
 HOST = "127.0.0.1"
 MOSQUITTO = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
 MOSQUITTO_PASSWD = shutil.which("mosquitto_passwd") or "/usr/bin/mosquitto_passwd"
@@ -71,7 +72,6 @@ STDBUF = shutil.which("stdbuf") or "/usr/bin/stdbuf"
 _READY_TIMEOUT_S = 10.0
 _STOP_TIMEOUT_S = 5.0
 _CLIENT_TIMEOUT_S = 10.0
-_PR_SET_PDEATHSIG = 1
 _CERT_DAYS = 2
 #: mosquitto_sub's output per message: retain, qos, length, payload in hex, topic (last: the
 #: topic is the only free text, and MQTT forbids control characters, so no tab or newline).
@@ -79,12 +79,6 @@ _FORMAT = r"MSG\t%r\t%q\t%l\t%x\t%t"
 _MSG_PREFIX = b"MSG\t"
 #: A probe topic: '#' and '+' do not match topics starting with '$', so no test sees it.
 _PROBE_PREFIX = "$lpr-test-probe/"
-
-
-def _die_with_parent() -> None:
-    """In the child before exec: SIGKILL when the parent dies (Linux prctl)."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def _free_port() -> int:
@@ -314,11 +308,10 @@ class Broker:
         offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         self._out = self.log_path.open("ab")  # stderr: errors before the log file is open
         self._proc = subprocess.Popen(
-            [MOSQUITTO, "-c", str(self.conf_path)],
+            dying_with_parent([MOSQUITTO, "-c", str(self.conf_path)], signal.SIGKILL),
             stdin=subprocess.DEVNULL,
             stdout=self._out,
             stderr=subprocess.STDOUT,
-            preexec_fn=_die_with_parent,
             start_new_session=True,
         )
         try:
@@ -595,11 +588,10 @@ class Subscriber:
             self._subacks = 0
             self._refused = []
         self._proc = subprocess.Popen(
-            cmd,
+            dying_with_parent(cmd, signal.SIGKILL),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
-            preexec_fn=_die_with_parent,
             start_new_session=True,
         )
         self._thread = threading.Thread(

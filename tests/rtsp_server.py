@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import os
 import select
 import signal
@@ -42,7 +41,6 @@ HOST = "127.0.0.1"
 SYSTEM_PYTHON = "/usr/bin/python3"
 _READY_TIMEOUT_S = 15.0
 _STOP_TIMEOUT_S = 5.0
-_PR_SET_PDEATHSIG = 1
 
 
 # --------------------------------------------------------------------------- server (script)
@@ -107,12 +105,6 @@ def main(argv: Sequence[str] | None = None) -> int:  # pragma: no cover - subpro
 # --------------------------------------------------------------------------- client (tests)
 
 
-def _die_with_parent() -> None:
-    """In the child before exec: SIGKILL when the parent dies (Linux prctl)."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
 class RtspServer:
     """The script above as a child process, for tests.
 
@@ -153,13 +145,15 @@ class RtspServer:
         cmd += ["--port", str(self.port)]
         for mount in self.mounts:
             cmd += ["--mount", mount]
+        # Imported here: the script half runs with Debian's python3, without the project.
+        from streamer.ops.parent_death import dying_with_parent
+
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - closed in _reap()
         self._proc = subprocess.Popen(
-            cmd,
+            dying_with_parent(cmd, signal.SIGKILL),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=self._stderr,
-            preexec_fn=_die_with_parent,
             start_new_session=True,
         )
         self._frozen = False

@@ -2,7 +2,7 @@
 of it is left.
 
 * :func:`spawn` starts it in its own process group (a terminal's Ctrl-C does not reach it)
-  with a parent-death signal (it gets SIGTERM when our process dies).
+  with a parent-death signal (it gets SIGTERM when our process dies; ``ops/parent_death``).
 * Whether it exited is read without reaping it (:func:`leader_exited`, :func:`exit_code`):
   while the leader is an unreaped zombie its process-group id cannot be reused, so the
   Python-backend stubs it left behind can still be killed by group.
@@ -14,7 +14,6 @@ of it is left.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import signal
 import socket
@@ -27,10 +26,10 @@ from typing import IO
 
 from streamer.inference.embedded.errors import TritonStartError
 from streamer.inference.embedded.log import LOG
+from streamer.ops.parent_death import dying_with_parent
 
 #: Where the Python backend keeps its shared-memory regions.
 SHM_DIR = Path("/dev/shm")
-_PR_SET_PDEATHSIG = 1
 
 
 def free_ports(host: str, count: int) -> list[int]:
@@ -57,20 +56,22 @@ def spawn(
     # The process is spawned by the long-lived reader thread, not by the caller's thread:
     # PR_SET_PDEATHSIG fires when the *thread* that forked exits (an asyncio.to_thread
     # worker, say), and the reader thread lives exactly as long as the server's output.
+    try:
+        wrapped = dying_with_parent(cmd, signal.SIGTERM, path=env.get("PATH"))
+    except FileNotFoundError as exc:
+        raise TritonStartError(f"cannot run {cmd[0]}: {exc}") from None
     spawned = threading.Event()
     box: dict[str, subprocess.Popen[bytes] | BaseException] = {}
-    preexec = _pdeathsig_preexec()
 
     def run() -> None:
         try:
             proc = subprocess.Popen(
-                cmd,
+                wrapped,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 env=env,
                 start_new_session=True,  # own group: a terminal Ctrl-C does not reach it
-                preexec_fn=preexec,
             )
         except BaseException as exc:
             box["error"] = exc
@@ -191,21 +192,3 @@ def _killpg(pgid: int) -> None:
     """SIGKILL a process group (nothing when it is gone)."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
-
-
-def _pdeathsig_preexec() -> Callable[[], None]:
-    """A ``preexec_fn`` that makes the child get SIGTERM when our process dies.
-
-    libc is resolved before fork; the child only calls it. If we died between fork and
-    prctl, the child notices a new parent and exits.
-    """
-    prctl = ctypes.CDLL(None, use_errno=True).prctl
-    parent = os.getpid()
-    sig = int(signal.SIGTERM)
-
-    def preexec() -> None:
-        prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
-        if os.getppid() != parent:
-            os._exit(1)
-
-    return preexec

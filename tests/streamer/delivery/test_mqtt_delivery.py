@@ -28,7 +28,12 @@ from streamer.delivery.publisher import EventPublisher
 from streamer.ops import health
 from streamer.ops.metrics import Metrics
 from tests.mqtt_broker import Broker, Message, Subscriber, make_test_ca, retained
-from tests.streamer.delivery.webhook_setup import FAST, assert_in_camera_order, sample
+from tests.streamer.delivery.webhook_setup import (
+    FAST,
+    assert_in_camera_order,
+    sample,
+    settled_depth,
+)
 from tests.webhook_receiver import eventually, make_event
 
 PROJECT = Path(__file__).resolve().parents[3]
@@ -202,8 +207,7 @@ async def test_broker_down_then_back_delivers_every_event_in_camera_order(
             )
             catch_up = time.monotonic() - back
             await eventually(lambda: sink.problem is None, 5, "the problem cleared")
-            await sink.refresh_metrics()
-            assert sample(metrics, "lpr_outbox_depth", target="mqtt") == 0
+            assert await settled_depth(sink, metrics, "mqtt", 0) == 0
         finally:
             await sink.close()
             subscriber.stop()

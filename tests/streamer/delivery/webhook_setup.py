@@ -3,6 +3,8 @@ set to look at the outbox often and close quickly, metric samples, per-camera or
 
 from __future__ import annotations
 
+import asyncio
+import time
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +40,21 @@ async def open_sink(config: Settings, metrics: Metrics | None = None, **options:
     sink = await create_outbox_sink(config, metrics or Metrics(), **{**FAST, **options})
     assert sink is not None
     return sink
+
+
+async def settled_depth(
+    sink: OutboxSink, metrics: Metrics, target_name: str, expected: float, within: float = 5.0
+) -> float:
+    """The outbox depth of ``target_name``, read again until it is ``expected`` or ``within``
+    seconds have passed: a receiver sees an event before its answer (HTTP response, MQTT
+    PUBACK) reaches the sink and the outbox marks it delivered."""
+    deadline = time.monotonic() + within
+    while True:
+        await sink.refresh_metrics()
+        depth = sample(metrics, "lpr_outbox_depth", target=target_name)
+        if depth == expected or time.monotonic() > deadline:
+            return depth
+        await asyncio.sleep(0.05)
 
 
 def assert_in_camera_order(received_ids: list[str], published: list[PlateEvent]) -> None:
