@@ -36,10 +36,17 @@ the server and the model are asked once whether they are ready (within
 ``triton.connect_timeout_s``, or ``--timeout`` if shorter); ``--timeout`` then bounds the
 rest of the run (and so each frame).
 
-Exit codes: 0 every frame sent was answered; 1 Triton unreachable or not ready (one line),
-the embedded Triton did not start or its repository is not built, a frame failed, nothing
-could be decoded, or the timeout passed; 2 usage: a missing file, ``--every`` under 1,
-``--timeout`` not above 0, ``--triton-url`` not ``host:port``; 130 interrupted (Ctrl-C).
+If the stream to Triton breaks mid-file, its frames wait for it to reopen (the client
+reconnects by itself); when it stays down for ``triton.connect_timeout_s`` + 5 s, the run
+ends with one line ``error: lost Triton at ...``. A failed frame's error is logged for the
+first frame of each kind (``stream``, ``deadline``, ``model``); the rest are counted in the
+last log line.
+
+Exit codes: 0 every frame sent was answered; 1 Triton unreachable or not ready (one line), or
+lost mid-file, the embedded Triton did not start or its repository is not built, a frame
+failed, nothing could be decoded, or the timeout passed; 2 usage: a missing file,
+``--every`` under 1, ``--timeout`` not above 0, ``--triton-url`` not ``host:port``; 130
+interrupted (Ctrl-C).
 """
 
 from __future__ import annotations
@@ -50,7 +57,8 @@ import contextlib
 import json
 import logging
 import sys
-from collections import deque
+import time
+from collections import Counter, deque
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -79,6 +87,8 @@ from streamer.tracking.plate_formats import PlateFormats
 LOG = logging.getLogger("streamer")
 #: Frames decoded ahead of inference: the decode thread waits when this many are queued.
 DECODE_AHEAD = 8
+#: How often the run looks whether the Triton stream is still open.
+LOST_POLL_S = 0.2
 
 
 def triton_address(text: str) -> str:
@@ -247,44 +257,92 @@ async def _recognise(
         queue=queue,
     )
     pending: deque[tuple[Frame, asyncio.Task[tuple[PlateReading, ...]]]] = deque()
+    # How long the stream may be down, at the start or mid-file, before the run gives up.
+    wait_s = triton.connect_timeout_s + 5
+    cut_short = False  # Triton lost, or --timeout passed: the file was not read to its end
     await recognizer.start()
     try:
         async with asyncio.timeout(timeout_s):
             try:
-                await recognizer.wait_ready(triton.connect_timeout_s + 5)
+                await recognizer.wait_ready(wait_s)
             except TimeoutError:
                 print(f"error: Triton at {url} is not ready", file=sys.stderr)
                 return 1
             source.start()
-            while (frame := await queue.get()) is not None:
-                if printer.origin_s is None:
-                    printer.origin_s = frame.pts_s  # the first frame: time_s 0
-                if frame.index % every:
-                    continue
-                permit = await recognizer.acquire(frame.camera)  # bounds the frames in flight
-                task = asyncio.create_task(
-                    recognizer.recognise(frame, permit), name=f"recognise-{frame.index}"
+            feed = asyncio.create_task(
+                _feed(recognizer, queue, every, printer, pending), name="recognise-feed"
+            )
+            watch = asyncio.create_task(_lost(recognizer, wait_s), name="recognise-watch")
+            try:
+                await asyncio.wait({feed, watch}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for task in (feed, watch):
+                    task.cancel()
+                await asyncio.gather(feed, watch, return_exceptions=True)
+            if not feed.cancelled():
+                feed.result()  # a bug in the feed surfaces here
+                printer.finish(source.stats.decoded)
+            else:
+                why = watch.result()
+                print(
+                    f"error: lost Triton at {url} ({why}), not back within {wait_s:g} s",
+                    file=sys.stderr,
                 )
-                pending.append((frame, task))
-                while pending and pending[0][1].done():  # in frame order
-                    printer.report(*pending.popleft())
-            while pending:
-                await asyncio.wait([pending[0][1]])
-                printer.report(*pending.popleft())
-            printer.finish(source.stats.decoded)
+                cut_short = True
     except TimeoutError:
         LOG.error("not done within --timeout %g s", timeout_s)
-        printer.failures += 1
+        cut_short = True
     finally:
         for _, task in pending:
             task.cancel()
         await asyncio.gather(*(task for _, task in pending), return_exceptions=True)
         await source.astop()
         await recognizer.close()
-    LOG.info("%d frames answered, %d failed", printer.answered, printer.failures)
+    LOG.info("%d frames answered, %d failed%s", printer.answered, printer.failures, printer.why())
     if source.stats.decoded == 0:
         return 1  # the source logged why
-    return 1 if printer.failures else 0
+    return 1 if printer.failures or cut_short else 0
+
+
+async def _feed(
+    recognizer: PlateRecognizer,
+    queue: FrameQueue,
+    every: int,
+    printer: _Printer,
+    pending: deque[tuple[Frame, asyncio.Task[tuple[PlateReading, ...]]]],
+) -> None:
+    """Send every ``every``-th frame of ``queue`` until it ends; print the answers in frame
+    order (``pending``: the frames sent and not printed yet, oldest first)."""
+    while (frame := await queue.get()) is not None:
+        if printer.origin_s is None:
+            printer.origin_s = frame.pts_s  # the first frame: time_s 0
+        if frame.index % every:
+            continue
+        permit = await recognizer.acquire(frame.camera)  # bounds the frames in flight
+        task = asyncio.create_task(
+            recognizer.recognise(frame, permit), name=f"recognise-{frame.index}"
+        )
+        pending.append((frame, task))
+        while pending and pending[0][1].done():  # in frame order
+            printer.report(*pending.popleft())
+    while pending:
+        await asyncio.wait([pending[0][1]])
+        printer.report(*pending.popleft())
+
+
+async def _lost(recognizer: PlateRecognizer, grace_s: float) -> str:
+    """Returns, with the reason, once the stream has been down for ``grace_s`` in a row (its
+    frames would otherwise wait up to ``--timeout`` for a Triton that is gone)."""
+    down_since: float | None = None
+    while True:
+        now = time.monotonic()
+        if recognizer.ready:
+            down_since = None
+        elif down_since is None:
+            down_since = now
+        elif now - down_since >= grace_s:
+            return recognizer.problem or "stream closed"
+        await asyncio.sleep(LOST_POLL_S)
 
 
 class _Printer:
@@ -298,6 +356,9 @@ class _Printer:
         self.origin_s: float | None = None
         self.answered = 0
         self.failures = 0
+        #: Failed frames by error kind: the first of each kind is logged, the rest counted (a
+        #: Triton that dies mid-file would otherwise log one line per frame in flight).
+        self.failed_by_kind: Counter[str] = Counter()
 
     def report(self, frame: Frame, task: asyncio.Task[tuple[PlateReading, ...]]) -> None:
         """Print the plates of ``frame`` from its finished ``task``, or log its failure."""
@@ -306,7 +367,14 @@ class _Printer:
             plates = task.result()
         except InferenceError as exc:
             self.failures += 1
-            LOG.error("frame %s: %s", frame.index, exc)
+            self.failed_by_kind[exc.kind] += 1
+            if self.failed_by_kind[exc.kind] == 1:
+                LOG.error(
+                    "frame %s: %s (later %s errors are counted, not logged)",
+                    frame.index,
+                    exc,
+                    exc.kind,
+                )
             plates = ()
         lines = list(plate_lines(frame, plates, self.formats, self.origin_s or 0.0))
         if self.bar is None:
@@ -318,6 +386,11 @@ class _Printer:
                 for line in lines:
                     print(line, flush=True)
         self.bar.update(frame.index + 1 - self.bar.n)  # frames up to this one are done
+
+    def why(self) -> str:
+        """The failures by kind, ``" (stream: 12, deadline: 1)"``; empty when none failed."""
+        kinds = ", ".join(f"{kind}: {n}" for kind, n in self.failed_by_kind.most_common())
+        return f" ({kinds})" if kinds else ""
 
     def finish(self, decoded: int) -> None:
         """The file has ended after ``decoded`` frames: the bar shows them all."""

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -11,7 +12,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -19,6 +20,9 @@ from converters import assets
 from converters.paths import PROJECT_ROOT
 from streamer.cli import main as cli
 from streamer.inference.embedded.server import EmbeddedTriton
+
+if TYPE_CHECKING:
+    from tests.conftest import SpareTriton
 
 CLIP_FRAMES, CLIP_FPS = 120, 15  # yard_cam.ts
 PLATES = {"O567AM76", "Y836XH76"}
@@ -172,6 +176,44 @@ def test_ctrl_c_exits_130_and_cleans_up(clip: Path, triton_server: EmbeddedTrito
     assert proc.returncode == 130, err[-3000:]
     assert "Traceback" not in err and _bar_shown(err)
     _plates(out)  # what came after the first line is still whole JSON lines
+
+
+async def test_triton_killed_mid_file_ends_the_run_with_one_line(
+    clip: Path, spare_triton: SpareTriton
+) -> None:
+    """kill -9 of the Triton once the first plate is out: the run ends once the stream has
+    stayed down (not at --timeout, 600 s), exit 1; the failed frames' error is logged once
+    per kind (not once per frame in flight) and counted in the last line."""
+    server = await spare_triton.running()
+    proc = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "streamer", "recognise", str(clip), "--every", "1"),
+        *("--triton-url", server.grpc_url, "--no-progress"),
+        cwd=PROJECT_ROOT,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        assert proc.stdout is not None
+        json.loads(await proc.stdout.readline())  # the first plate: Triton answers
+        os.kill(server.pid, signal.SIGKILL)  # type: ignore[arg-type]
+        out, err = await asyncio.wait_for(proc.communicate(), 120)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    stderr = err.decode()
+    assert proc.returncode == 1, stderr[-3000:]
+    assert f"error: lost Triton at {server.grpc_url} (" in stderr, stderr[-3000:]
+    assert "not done within --timeout" not in stderr
+    logged = re.findall(r"frame \d+: .*\(later (\w+) errors are counted, not logged\)", stderr)
+    assert len(logged) == len(set(logged)), stderr[-3000:]  # at most once per kind
+    summary = re.search(r"\d+ frames answered, (\d+) failed(?: \((.+)\))?\n", stderr)
+    assert summary is not None, stderr[-3000:]
+    counts = dict(part.split(": ") for part in (summary[2] or "").split(", ") if part)
+    assert set(counts) == set(logged)
+    assert sum(map(int, counts.values())) <= int(summary[1])
+    assert "Traceback" not in stderr
+    _plates(out.decode())  # stdout is still whole JSON lines
 
 
 def test_no_triton_is_one_line_and_exit_1(clip: Path) -> None:
