@@ -155,6 +155,13 @@ def _check_size(raw: Any, path: Path) -> None:
             stack.extend(node)
 
 
+def _variable_near(text: str, line: int, column: int) -> bool:
+    """Whether a ``${`` stands just before ``column`` of ``line`` (0-based): in a flow
+    collection, an unquoted ``${VAR}`` reads as the start of a mapping."""
+    lines = text.splitlines()
+    return line < len(lines) and "${" in lines[line][max(0, column - 2) : column + 2]
+
+
 def parse_yaml(text: str, path: Path | str = "<config>") -> Any:
     """``yaml.safe_load`` that rejects duplicate keys; errors are :class:`ConfigError`
     with the line and column (the offending line itself is not quoted: it may hold a
@@ -170,6 +177,8 @@ def parse_yaml(text: str, path: Path | str = "<config>") -> Any:
                 f" ({exc.context} started at line {exc.context_mark.line + 1}, "
                 f"column {exc.context_mark.column + 1})"
             )
+        if mark and _variable_near(text, mark.line, mark.column):
+            reason += '; a ${VAR} inside [ ] or { } must be quoted: "${VAR}"'
         raise ConfigError(path, [(None, f"invalid YAML at {where}: {reason}")]) from None
     except yaml.YAMLError as exc:
         raise ConfigError(path, [(None, f"invalid YAML: {exc}")]) from None

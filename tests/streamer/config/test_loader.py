@@ -28,6 +28,11 @@ from tests.streamer.config.config_files import (
             id="unclosed-flow",
         ),
         pytest.param(
+            "cameras: [{name: gate, url: ${CAM_URL}}]\n",
+            ["invalid YAML at line 1, column 30", 'must be quoted: "${VAR}"'],
+            id="unquoted-variable-in-flow",
+        ),
+        pytest.param(
             f"cameras:\n{CAMERA}    sample_fps: 5\n    sample_fps: 6\n",
             ["duplicate key 'sample_fps'", "line 5"],
             id="duplicate-yaml-key",
@@ -109,3 +114,11 @@ def test_a_huge_or_endless_file_is_refused(tmp_path: Path) -> None:
         load_config(huge, env={})
     with pytest.raises(ConfigError, match="larger than 1024 KiB"):
         load_config(Path("/dev/zero"), env={})
+
+
+def test_the_quoting_hint_comes_only_where_a_variable_broke_the_yaml(tmp_path: Path) -> None:
+    message = config_error(tmp_path, "cameras: [{name: gate, url: rtsp://cam/x}\n")
+    assert "invalid YAML" in message and "${VAR}" not in message
+    # quoted, the variable is a plain string to YAML: no YAML error at all
+    quoted = config_error(tmp_path, 'cameras: [{name: gate, url: "${LPR_TEST_UNSET_VAR}"}]\n')
+    assert "invalid YAML" not in quoted and "LPR_TEST_UNSET_VAR" in quoted
