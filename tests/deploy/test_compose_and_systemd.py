@@ -7,11 +7,13 @@ real ``tritonserver`` 2.51 of this machine lists in its ``--help``."""
 from __future__ import annotations
 
 import configparser
+import importlib.util
 import os
 import re
 import shlex
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -21,8 +23,11 @@ from streamer.inference.embedded.tree import default_work_dir, prepare_server_tr
 from streamer.pipeline.shards import Shard
 
 PROJECT = Path(__file__).resolve().parents[2]
+LIVENESS = PROJECT / "docker" / "triton_liveness.py"
 COMPOSE = PROJECT / "deploy" / "compose"
 SYSTEMD = PROJECT / "deploy" / "systemd"
+#: Where docker/Dockerfile.triton copies docker/triton_liveness.py.
+LIVENESS_IN_IMAGE = "/opt/lpr/triton_liveness.py"
 SECRETS = {
     "CAM_PASSWORD": "cam-pw",
     "WEB_TOKEN": "t" * 24,
@@ -122,3 +127,44 @@ def test_every_triton_flag_given_here_is_one_tritonserver_knows() -> None:
         flags = _triton_flags(words)
         assert "--grpc-http2-min-recv-ping-interval-without-data" in flags, where
         assert flags <= known, (where, flags - known)
+
+
+def _liveness_parser() -> Any:
+    spec = importlib.util.spec_from_file_location("triton_liveness", LIVENESS)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.build_parser()
+
+
+def test_every_triton_health_check_runs_the_liveness_probe_the_image_has() -> None:
+    """The image copies docker/triton_liveness.py where its HEALTHCHECK, both compose files
+    and the Kubernetes liveness probe run it, with arguments its parser takes (a dead
+    Python-backend stub: tests/docker/test_triton_liveness.py)."""
+    dockerfile = (PROJECT / "docker" / "Dockerfile.triton").read_text()
+    assert f"COPY triton_liveness.py {LIVENESS_IN_IMAGE}" in dockerfile
+    healthcheck = dockerfile[dockerfile.index("HEALTHCHECK") :].split("\n\n")[0]
+    checks = {"image": shlex.split(healthcheck.replace("\\\n", " ").split(" CMD ", 1)[1])}
+    for compose in (COMPOSE / "docker-compose.yml", PROJECT / "docker" / "docker-compose.yml"):
+        for name, service in _triton_services(yaml.safe_load(compose.read_text())).items():
+            kind, command = service["healthcheck"]["test"]
+            assert kind == "CMD-SHELL"
+            checks[f"{compose.parent.name}/{name}"] = shlex.split(command)
+    manifest = yaml.safe_load_all((PROJECT / "deploy/kubernetes/base/triton.yaml").read_text())
+    deployment = next(doc for doc in manifest if doc["kind"] == "Deployment")
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    checks["kubernetes"] = container["livenessProbe"]["exec"]["command"]
+    parser = _liveness_parser()
+    for where, words in checks.items():
+        assert words[:2] == ["python3", LIVENESS_IN_IMAGE], where
+        args = words[2 : words.index("&&")] if "&&" in words else words[2:]
+        parser.parse_args(args)  # exits (SystemExit) on an argument it does not take
+    assert len(checks) == 5, checks  # the image, compose: 2 + 1 Tritons, Kubernetes
+
+
+def _triton_services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {
+        name: service
+        for name, service in compose["services"].items()
+        if "Dockerfile.triton" in str(service.get("build", ""))
+    }

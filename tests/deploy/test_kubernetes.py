@@ -15,6 +15,7 @@ import pytest
 
 from streamer.config import load_config
 from streamer.pipeline.shards import Shard
+from tests.deploy.test_compose_and_systemd import LIVENESS_IN_IMAGE
 
 PROJECT = Path(__file__).resolve().parents[2]
 MANIFESTS = PROJECT / "deploy" / "kubernetes"
@@ -105,7 +106,10 @@ def test_the_pieces_fit_together(objects: list[dict[str, Any]], tmp_path: Path) 
         container = pod["spec"]["containers"][0]
         ports = {p["name"]: p["containerPort"] for p in container["ports"]}
         for probe in ("readinessProbe", "livenessProbe"):
-            assert container[probe]["httpGet"]["port"] in ports
+            if "exec" in container[probe]:  # Triton's liveness: tests/deploy/test_compose_...
+                assert container[probe]["exec"]["command"][1] == LIVENESS_IN_IMAGE
+            else:
+                assert container[probe]["httpGet"]["port"] in ports
         labels = pod["metadata"]["labels"]
         assert workload["spec"]["selector"]["matchLabels"].items() <= labels.items()
         service = services[workload["metadata"]["name"]]

@@ -30,6 +30,8 @@ from streamer.ops.parent_death import dying_with_parent
 
 #: Where the Python backend keeps its shared-memory regions.
 SHM_DIR = Path("/dev/shm")
+#: The Python backend's process, one per model instance (a child of ``tritonserver``).
+STUB_EXECUTABLE = "triton_python_backend_stub"
 
 
 def free_ports(host: str, count: int) -> list[int]:
@@ -146,6 +148,31 @@ def group_members(pgid: int) -> list[int]:
             if stat is not None and stat[2] == pgid and stat[0] != "Z":
                 members.append(int(entry.name))
     return members
+
+
+def python_stubs(pgid: int) -> dict[int, str]:
+    """The live Python-backend stubs in a server's process group: pid -> the model instance
+    each serves (``lprnet_0_0``; the model's name if its command line does not say)."""
+    stubs = {}
+    for pid in group_members(pgid):
+        try:
+            raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        args = [arg.decode(errors="replace") for arg in raw.split(b"\0") if arg]
+        if not args or Path(args[0]).name != STUB_EXECUTABLE:
+            continue
+        # argv: the stub, <repository>/<model>/<version>/model.py, ..., <model>_<group>_<n>, ...
+        model = Path(args[1]).parent.parent.name if len(args) > 1 else str(pid)
+        stubs[pid] = next((a for a in args[2:] if a.startswith(f"{model}_")), model)
+    return stubs
+
+
+def member_alive(pid: int, pgid: int) -> bool:
+    """Whether ``pid`` runs in process group ``pgid`` (gone, a zombie, or a reused pid in
+    another group: False)."""
+    stat = proc_stat(pid)
+    return stat is not None and stat[0] != "Z" and stat[2] == pgid
 
 
 def alive(pid: int) -> bool:

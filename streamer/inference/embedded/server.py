@@ -86,6 +86,7 @@ class EmbeddedTriton:
         self._ports: tuple[int, int, int] | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._exit_before_ready: int | None = None  # the exit code of a failed start
+        self._stubs: dict[int, str] = {}  # the Python-backend stubs it had once ready
         self._reader: threading.Thread | None = None
         self._stub_env: Path | None = None
         self._shm_prefix = ""
@@ -122,6 +123,21 @@ class EmbeddedTriton:
         """Whether the server process is alive."""
         proc = self._proc
         return proc is not None and proc.returncode is None and process.alive(proc.pid)
+
+    @property
+    def dead_stubs(self) -> list[str]:
+        """The model instances whose Python-backend stub died since the server was ready.
+
+        Triton 2.51 neither restarts a dead stub nor reports it: its health endpoints stay
+        200 while every request to that model fails ("Stub process 'lprnet_0_0' is not
+        healthy"; triton-inference-server/server#8604, #7862).
+        """
+        proc = self._proc
+        if proc is None:
+            return []
+        return sorted(
+            name for pid, name in self._stubs.items() if not process.member_alive(pid, proc.pid)
+        )
 
     @property
     def exit_code(self) -> int | None:
@@ -163,9 +179,13 @@ class EmbeddedTriton:
                 self._launch(tree)
                 try:
                     self._wait_ready(deadline)
+                    assert self._proc is not None
+                    # Every model is loaded once it is ready: these are all its stubs.
+                    self._stubs = process.python_stubs(self._proc.pid)
                     LOG.info(
-                        "Triton ready (pid %s): grpc %s, http %s",
+                        "Triton ready (pid %s, %d Python-backend stubs): grpc %s, http %s",
                         self.pid,
+                        len(self._stubs),
                         self.grpc_url,
                         self.http_url,
                     )
@@ -334,6 +354,7 @@ class EmbeddedTriton:
                 self._reader.join(timeout=5.0)
                 self._reader = None
             self._proc = None
+            self._stubs = {}
             self._cleanup_files()
             if self._atexit_registered:
                 atexit.unregister(self._atexit_stop)

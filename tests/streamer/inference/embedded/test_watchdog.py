@@ -1,4 +1,5 @@
-"""The embedded Triton killed with SIGKILL mid-run comes back, and the service with it."""
+"""The embedded Triton killed with SIGKILL mid-run comes back, and the service with it; so
+does one whose Python-backend stub was killed (Triton itself would leave that model failing)."""
 
 from __future__ import annotations
 
@@ -7,18 +8,21 @@ import os
 import signal
 from pathlib import Path
 
+import pytest
+
 from converters import assets
 from converters.paths import MODEL_REPOSITORY
 from streamer.app import Service
 from streamer.config import load_config
-from streamer.inference.embedded.process import SHM_DIR, group_members, proc_stat
+from streamer.inference.embedded.process import SHM_DIR, group_members, proc_stat, python_stubs
 from tests.polling import answering, until, until_status
 
 CLIP = assets.verify(assets.asset("yard_cam.ts"), assets.default_assets_dir())
 
 
+@pytest.mark.parametrize("victim", ["server", "lprnet stub"])
 async def test_a_killed_embedded_triton_is_restarted_and_frames_are_answered_again(
-    tmp_path: Path,
+    tmp_path: Path, victim: str
 ) -> None:
     config = tmp_path / "service.yaml"
     config.write_text(
@@ -34,7 +38,16 @@ async def test_a_killed_embedded_triton_is_restarted_and_frames_are_answered_aga
         triton = service.triton
         assert triton is not None and triton.pid is not None
         old_pid, old_prefix, url = triton.pid, triton.shm_prefix, triton.grpc_url
-        os.kill(old_pid, signal.SIGKILL)
+        stubs = python_stubs(old_pid)
+        # One stub per model instance (instance_group in each model's config.pbtxt).
+        names = {name.rsplit("_", 2)[0] for name in stubs.values()}
+        assert names == {"detector", "lprnet", "plate_recognition", "stn"}, stubs
+        assert "lprnet_0_0" in stubs.values()
+        assert triton.dead_stubs == []
+        if victim == "server":
+            os.kill(old_pid, signal.SIGKILL)
+        else:
+            os.kill(next(p for p, name in stubs.items() if name == "lprnet_0_0"), signal.SIGKILL)
         # While it is down the service says it is not ready, and why.
         await until_status(readyz, 503, 30)
         answered = service.cameras["yard"].pipeline.stats.answered
@@ -46,6 +59,7 @@ async def test_a_killed_embedded_triton_is_restarted_and_frames_are_answered_aga
         print(f"frames answered again {back_after:.1f} s after /readyz said not ready")
         await until_status(readyz, 200, 60)
         assert triton.pid != old_pid and triton.grpc_url == url  # the same address
+        assert triton.dead_stubs == [] and len(python_stubs(triton.pid)) == len(stubs)
         assert service.watchdog is not None and service.watchdog.restarts == 1
         # Nothing of the killed server is left: no zombie, no stub, no shared memory.
         assert proc_stat(old_pid) is None
