@@ -36,6 +36,7 @@ from streamer.delivery.outbox import OutboxError
 from streamer.delivery.outbox_sink import OutboxSink, create_outbox_sink, replace_outbox_sink
 from streamer.delivery.publisher import EventPublisher
 from streamer.domain.picture_links import PictureLinks, open_links
+from streamer.inference.model_errors import ModelErrors
 from streamer.inference.pool import TritonPool
 from streamer.ops import health, service_metrics
 from streamer.ops.build_info import ModelBuild, read_model_build
@@ -285,9 +286,15 @@ class Service:
         except TritonStartError as exc:
             LOG.debug("the embedded Triton did not start: %s", exc)
             raise triton_start_error(exc) from None
-        self.watchdog = TritonWatchdog(self.triton)
+        url = self.triton.grpc_url
+        self.watchdog = TritonWatchdog(self.triton, model_errors=lambda: self._model_errors_at(url))
         self.supervisor.start("triton", self.watchdog.watch)
         return self.triton.grpc_url
+
+    def _model_errors_at(self, url: str) -> ModelErrors | None:
+        """The model's errors at the Triton endpoint ``url`` (None before the pool exists)."""
+        endpoint = self.recognizer.endpoints.get(url) if self.recognizer is not None else None
+        return endpoint.client.model_errors if endpoint is not None else None
 
     async def _publish(self, passes: list[PlatePass]) -> None:
         self.publisher.submit(passes)  # never waits: the pipeline goes back to its frames

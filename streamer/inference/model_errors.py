@@ -41,6 +41,11 @@ class ModelErrors:
         """The model answered the last ``MODEL_ERRORS_NOT_READY`` frames with errors."""
         return self.consecutive >= MODEL_ERRORS_NOT_READY
 
+    @property
+    def failing_for_s(self) -> float:
+        """Seconds since the current run of errors began, while the model is failing; else 0."""
+        return time.monotonic() - self._since if self.failing else 0.0
+
     def error(self, error: str) -> None:
         """Count a frame the model answered with ``error``."""
         if not self.consecutive:

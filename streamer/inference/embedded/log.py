@@ -7,14 +7,19 @@ and the lifecycle of its process stay under one switch.
 
 :class:`ServerLog` forwards each line ``tritonserver`` prints at the level Triton gave it
 (``E``/``W``/``I`` prefixes; lines a CPU-only machine always prints at DEBUG) and keeps the
-last ones, from which a failed start is explained.
+last ones, from which a failed start is explained. A line that says what one said less than
+:data:`REPEAT_WINDOW_S` ago (its time and thread aside) is counted, not forwarded: a model
+that fails logs one line per request, which is one line per frame; the next one forwarded
+says how many were held back.
 """
 
 from __future__ import annotations
 
 import collections
 import logging
+import math
 import re
+import time
 from typing import IO
 
 LOGGER_NAME = "streamer.inference.embedded.server"
@@ -35,18 +40,28 @@ _HARMLESS = re.compile(
 _PORT_IN_USE = re.compile(r"Socket '[^']*:(\d+)' already in use")
 _TABLE_RULE = re.compile(r"^\+-+\+")  # the +----+ rules of the startup tables
 _TRITON_LINE = re.compile(r"^([EWI])\d{4} ")
+#: A Triton line's prefix: level, date, time, thread id (``E1202 11:06:03.080326 5949 ``).
+_PREFIX = re.compile(r"^[EWI]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ ")
+#: A line repeated within this many seconds of the last one forwarded is counted, not logged.
+REPEAT_WINDOW_S = 30.0
+#: Distinct lines whose repeats are tracked (the oldest is forgotten first).
+_REPEATS_TRACKED = 64
 _LEVELS = {"E": logging.ERROR, "W": logging.WARNING, "I": logging.INFO}
 
 
 class ServerLog:
     """The last :data:`KEEP_LINES` lines one server printed, each forwarded to :data:`LOG`."""
 
-    def __init__(self, keep: int = KEEP_LINES) -> None:
+    def __init__(self, keep: int = KEEP_LINES, repeat_window_s: float = REPEAT_WINDOW_S) -> None:
         self._lines: collections.deque[str] = collections.deque(maxlen=keep)
+        self.repeat_window_s = repeat_window_s
+        #: A forwarded line's text (prefix removed) -> when it was forwarded, repeats held back.
+        self._forwarded: collections.OrderedDict[str, tuple[float, int]] = collections.OrderedDict()
 
     def clear(self) -> None:
         """Forget the lines of an earlier run."""
         self._lines.clear()
+        self._forwarded.clear()
 
     def pump(self, stream: IO[bytes]) -> None:
         """Forward ``stream`` (the server's stdout and stderr) line by line until it ends."""
@@ -59,8 +74,31 @@ class ServerLog:
             level = _LEVELS[match.group(1)] if match else logging.INFO
             if _HARMLESS.search(line):
                 level = logging.DEBUG
-            LOG.log(level, "tritonserver: %s", line)
+            held_back = self._repeats(line)
+            if held_back is None:
+                continue
+            if held_back:
+                LOG.log(level, "tritonserver: %s (and %d more like it)", line, held_back)
+            else:
+                LOG.log(level, "tritonserver: %s", line)
         stream.close()
+
+    def _repeats(self, line: str) -> int | None:
+        """None: ``line`` repeats one forwarded less than ``repeat_window_s`` ago (counted);
+        else how many of it were held back since it was last forwarded."""
+        if not _PREFIX.match(line):
+            return 0  # not a log record (a table of the startup summary, say): kept whole
+        text = _PREFIX.sub("", line)
+        now = time.monotonic()
+        forwarded_at, held_back = self._forwarded.get(text, (-math.inf, 0))
+        if now - forwarded_at < self.repeat_window_s:
+            self._forwarded[text] = (forwarded_at, held_back + 1)
+            return None
+        self._forwarded[text] = (now, 0)
+        self._forwarded.move_to_end(text)
+        while len(self._forwarded) > _REPEATS_TRACKED:
+            self._forwarded.popitem(last=False)
+        return held_back
 
     def tail(self, n: int = TAIL_LINES) -> list[str]:
         """The last ``n`` lines."""

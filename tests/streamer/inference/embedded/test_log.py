@@ -60,3 +60,29 @@ def test_the_tail_is_bounded_and_cleared(caplog: pytest.LogCaptureFixture) -> No
     assert log.first_error() is None and "errors:" not in log.failure_summary()
     log.clear()
     assert log.tail() == []
+
+
+def test_a_repeated_line_is_forwarded_once_per_window_and_counted(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failing model logs one line per request: forwarded once per window, the next one
+    forwarded says how many were held back; other lines and non-Triton lines go through."""
+    caplog.set_level(logging.DEBUG, logger=LOGGER_NAME)
+    now = [100.0]
+    monkeypatch.setattr("streamer.inference.embedded.log.time.monotonic", lambda: now[0])
+    failed = "model.py:124] \"plate_recognition: request failed: Stub process 'lprnet_0_0'\""
+    log = ServerLog(repeat_window_s=30.0)
+
+    def pump(*lines: str) -> list[str]:
+        caplog.clear()
+        log.pump(io.BytesIO("".join(f"{line}\n" for line in lines).encode()))
+        return [r.getMessage().removeprefix("tritonserver: ") for r in caplog.records]
+
+    burst = [f"E1202 11:06:{i:02d}.000001 {5949 + i % 2} {failed}" for i in range(50)]
+    other = "W1202 11:06:30.000000 5949 server.cc:1] something else"
+    assert pump(*burst, other, "+----+", "+----+") == [burst[0], other, "+----+", "+----+"]
+    now[0] += 31.0
+    late = f"E1202 11:07:01.000000 5949 {failed}"
+    assert pump(late) == [f"{late} (and 49 more like it)"]
+    assert pump(late) == []  # within the new window
+    assert len(log.tail(100)) == 55  # every line is kept for a failure's explanation

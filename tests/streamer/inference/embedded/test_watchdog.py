@@ -20,7 +20,7 @@ from tests.polling import answering, until, until_status
 CLIP = assets.verify(assets.asset("yard_cam.ts"), assets.default_assets_dir())
 
 
-@pytest.mark.parametrize("victim", ["server", "lprnet stub"])
+@pytest.mark.parametrize("victim", ["server", "lprnet stub", "hung lprnet stub"])
 async def test_a_killed_embedded_triton_is_restarted_and_frames_are_answered_again(
     tmp_path: Path, victim: str
 ) -> None:
@@ -44,10 +44,15 @@ async def test_a_killed_embedded_triton_is_restarted_and_frames_are_answered_aga
         assert names == {"detector", "lprnet", "plate_recognition", "stn"}, stubs
         assert "lprnet_0_0" in stubs.values()
         assert triton.dead_stubs == []
+        lprnet = next(p for p, name in stubs.items() if name == "lprnet_0_0")
         if victim == "server":
             os.kill(old_pid, signal.SIGKILL)
-        else:
-            os.kill(next(p for p, name in stubs.items() if name == "lprnet_0_0"), signal.SIGKILL)
+        elif victim == "lprnet stub":
+            os.kill(lprnet, signal.SIGKILL)
+        else:  # alive but not answering: Triton says "Stub process ... is not healthy"
+            assert service.watchdog is not None
+            service.watchdog.unhealthy_restart_s = 3.0  # 30 s in the service
+            os.kill(lprnet, signal.SIGSTOP)
         # While it is down the service says it is not ready, and why.
         await until_status(readyz, 503, 30)
         answered = service.cameras["yard"].pipeline.stats.answered
