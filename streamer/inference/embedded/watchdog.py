@@ -34,6 +34,8 @@ CHECK_S = 1.0
 #: How long the model may fail because Triton says a stub "is not healthy" before the server
 #: is restarted (also the least time between two such restarts).
 UNHEALTHY_STUB_RESTART_S = 30.0
+#: How long a server being restarted gets to exit on SIGTERM before its group is killed.
+RESTART_STOP_TIMEOUT_S = 1.0
 _UNHEALTHY_STUB = re.compile(r"Stub process '([^']+)' is not healthy")
 
 
@@ -98,7 +100,9 @@ class TritonWatchdog:
             LOG.error("%s; restarting it. Its last lines: %s", why, tail or "(none)")
         self.restarts += 1
         self._restarted_at = time.monotonic()
-        await asyncio.to_thread(self.server.restart)
+        # A server with a dead or hung stub fails the requests it holds anyway: it is not
+        # given the graceful stop's 10 s to finish them (it holds no other state).
+        await asyncio.to_thread(self.server.restart, RESTART_STOP_TIMEOUT_S)
         self._restarted_at = time.monotonic()
         self.state = "running"
         LOG.warning(
