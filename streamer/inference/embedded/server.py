@@ -40,6 +40,10 @@ from streamer.inference.embedded.tree import default_work_dir, prepare_server_tr
 
 HOST = "127.0.0.1"
 _EXIT_TIMEOUT_S = 10
+#: How long a stop waits for the server to exit on SIGTERM before it kills the group: Triton
+#: gives up on its unloading models after ``--exit-timeout-secs`` (and then can hang: seen
+#: with a model still busy on CPU), so a few seconds more is enough.
+STOP_TIMEOUT_S = _EXIT_TIMEOUT_S + 3.0
 _PORT_ATTEMPTS = 3
 #: Starts tried again after tritonserver crashed (SIGSEGV, SIGABRT) before it was ready.
 _CRASH_RETRIES = 5
@@ -213,7 +217,7 @@ class EmbeddedTriton:
                         continue
                     raise
 
-    def stop(self, timeout_s: float = 30.0) -> None:
+    def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
         """SIGTERM the server and wait; SIGKILL its process group after ``timeout_s``.
 
         Called while another thread is in :meth:`start`, it makes that start fail first.
@@ -239,7 +243,7 @@ class EmbeddedTriton:
         """
         await asyncio.to_thread(self.start)
 
-    async def astop(self, timeout_s: float = 30.0) -> None:
+    async def astop(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
         """:meth:`stop` in a worker thread."""
         await asyncio.to_thread(self.stop, timeout_s)
 
@@ -369,6 +373,6 @@ class EmbeddedTriton:
 
     def _atexit_stop(self) -> None:
         try:
-            self.stop(timeout_s=_EXIT_TIMEOUT_S + 5)
+            self.stop()
         except Exception:  # interpreter shutdown: never raise from atexit
             LOG.exception("stopping Triton at exit failed")
