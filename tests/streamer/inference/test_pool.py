@@ -22,6 +22,7 @@ from converters import assets
 from streamer.config import TritonConfig
 from streamer.domain.frames import Frame
 from streamer.inference.client import InferenceError
+from streamer.inference.embedded.process import python_stubs
 from streamer.inference.embedded.server import EmbeddedTriton
 from streamer.inference.pool import TritonPool
 
@@ -239,6 +240,49 @@ async def test_a_frozen_triton_s_cameras_move_at_its_failed_readiness_check(
         if feeder is not None:
             await feeder.stop()
         await pool.close()
+
+
+async def test_a_triton_whose_stub_died_loses_its_cameras_to_the_other(
+    triton_server: EmbeddedTriton, spare_triton: SpareTriton
+) -> None:
+    """kill -9 of a Python-backend stub of one Triton (its process stays, and says it is
+    ready: Triton does not start the stub again): its model fails every frame, so the pool
+    takes it for down and its cameras answer through the other."""
+    second = await spare_triton.running()
+    first_url, second_url = triton_server.grpc_url, second.grpc_url
+    config = TritonConfig(urls=(first_url, second_url), request_timeout_s=30)
+    pool, cameras = await _started_pool(config)
+    feeder: Feeder | None = None
+    try:
+        moved = set(pool.cameras_of(second_url))
+        feeder = Feeder(pool, cameras)
+        feeder.start()
+        await _until(lambda: len({c for c, _, _ in feeder.answers}) == len(cameras), 60, "all")
+
+        assert second.pid is not None
+        stubs = python_stubs(second.pid)
+        os.kill(next(p for p, name in stubs.items() if name == "lprnet_0_0"), signal.SIGKILL)
+        killed_at = time.monotonic()
+        await _until(lambda: pool.cameras_of(second_url) == [], 30, "the cameras moved")
+        await _until(
+            lambda: all(
+                any(c == camera and t > killed_at for c, _, t in feeder.answers) for camera in moved
+            ),
+            30,
+            "answers through the other",
+        )
+        print(f"stub killed: the cameras answered again {time.monotonic() - killed_at:.1f} s on")
+        assert second.running and second.dead_stubs == ["lprnet_0_0"]  # Triton itself stays
+        assert pool.endpoints[second_url].share.state(time.monotonic()) == "down"
+        assert "Stub process 'lprnet_0_0' is not healthy" in (
+            pool.endpoints[second_url].client.last_model_error or ""
+        )
+    finally:
+        if feeder is not None:
+            await feeder.stop()
+        await pool.close()
+        # Nothing starts the stub again: the next test that needs the spare gets a new one.
+        os.kill(second.pid, signal.SIGKILL)  # type: ignore[arg-type]
 
 
 async def test_an_idle_stream_outlives_many_keepalive_pings(triton_server: EmbeddedTriton) -> None:
