@@ -35,6 +35,8 @@ class ModelErrors:
         self.last: str | None = None
         self._logged_at = -math.inf
         self._since = -math.inf  # when the current run of errors began (monotonic)
+        #: When (monotonic) the latest error came.
+        self.last_at = -math.inf
 
     @property
     def failing(self) -> bool:
@@ -42,9 +44,9 @@ class ModelErrors:
         return self.consecutive >= MODEL_ERRORS_NOT_READY
 
     @property
-    def failing_for_s(self) -> float:
-        """Seconds since the current run of errors began, while the model is failing; else 0."""
-        return time.monotonic() - self._since if self.failing else 0.0
+    def failing_since(self) -> float | None:
+        """When (monotonic) the current run of errors began, while the model is failing."""
+        return self._since if self.failing else None
 
     def error(self, error: str) -> None:
         """Count a frame the model answered with ``error``."""
@@ -52,6 +54,7 @@ class ModelErrors:
             self._since = time.monotonic()
         self.consecutive += 1
         self.last = error.splitlines()[0][:_ERROR_MAX] if error else "error"
+        self.last_at = time.monotonic()
         LOG.debug("model %s error: %s", self.model, self.last)
         now = time.monotonic()
         if self.failing and now - self._logged_at >= MODEL_ERROR_LOG_EVERY_S:

@@ -82,11 +82,13 @@ class TritonWatchdog:
 
     def _unhealthy_stub(self) -> str | None:
         """The stub Triton has said "is not healthy" of, in every answer for
-        ``unhealthy_restart_s`` (and as long since the last restart); else None."""
+        ``unhealthy_restart_s`` since the later of the errors' start and the last restart,
+        the latest answer coming from the server running now; else None."""
         errors = self.model_errors()
-        if errors is None or errors.failing_for_s < self.unhealthy_restart_s:
-            return None
-        if time.monotonic() - self._restarted_at < self.unhealthy_restart_s:
+        since = errors.failing_since if errors is not None else None
+        if errors is None or since is None or errors.last_at <= self._restarted_at:
+            return None  # not failing, or its last error came from the server before
+        if time.monotonic() - max(since, self._restarted_at) < self.unhealthy_restart_s:
             return None
         found = _UNHEALTHY_STUB.search(errors.last or "")
         return found[1] if found else None

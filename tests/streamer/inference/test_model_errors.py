@@ -51,14 +51,15 @@ def test_an_empty_error_still_counts() -> None:
     assert (errors.consecutive, errors.last) == (1, "error")
 
 
-def test_failing_for_counts_from_the_first_error_of_the_run_and_ends_with_it() -> None:
+def test_failing_since_is_the_first_error_of_the_run_and_ends_with_it() -> None:
     errors = ModelErrors("plate_recognition", "triton:8001")
     begun = time.monotonic()
     errors.error("Stub process 'lprnet_0_0' is not healthy.")
-    assert errors.failing_for_s == 0.0  # one error: not failing yet
+    assert errors.failing_since is None  # one error: not failing yet
     time.sleep(0.05)
     for _ in range(MODEL_ERRORS_NOT_READY - 1):
         errors.error("Stub process 'lprnet_0_0' is not healthy.")
-    assert 0.05 <= errors.failing_for_s <= time.monotonic() - begun
+    since = errors.failing_since
+    assert since is not None and begun <= since <= errors.last_at - 0.05
     errors.answered(time.monotonic())
-    assert errors.failing_for_s == 0.0
+    assert errors.failing_since is None

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,9 @@ from converters.paths import MODEL_REPOSITORY
 from streamer.app import Service
 from streamer.config import load_config
 from streamer.inference.embedded.process import SHM_DIR, group_members, proc_stat, python_stubs
+from streamer.inference.embedded.server import EmbeddedTriton
+from streamer.inference.embedded.watchdog import TritonWatchdog
+from streamer.inference.model_errors import MODEL_ERRORS_NOT_READY, ModelErrors
 from tests.polling import answering, until, until_status
 
 CLIP = assets.verify(assets.asset("yard_cam.ts"), assets.default_assets_dir())
@@ -73,3 +77,27 @@ async def test_a_killed_embedded_triton_is_restarted_and_frames_are_answered_aga
     finally:
         service.request_stop()
         await asyncio.wait_for(runner, 120)
+
+
+def test_the_hang_rule_counts_only_errors_of_the_server_running_now() -> None:
+    """The model failing with "Stub process ... is not healthy" for ``unhealthy_restart_s``
+    names the stub; errors that came before the last restart never count again (the new
+    server would otherwise be restarted before it had answered)."""
+    errors = ModelErrors("plate_recognition", "127.0.0.1:8001")
+    watchdog = TritonWatchdog(
+        EmbeddedTriton(MODEL_REPOSITORY), model_errors=lambda: errors, unhealthy_restart_s=0.2
+    )
+    unhealthy = "plate_recognition failed: lprnet: Stub process 'lprnet_0_0' is not healthy."
+    for _ in range(MODEL_ERRORS_NOT_READY):
+        errors.error(unhealthy)
+    assert watchdog._unhealthy_stub() is None  # failing, but not for 0.2 s yet
+    time.sleep(0.25)
+    assert watchdog._unhealthy_stub() == "lprnet_0_0"
+
+    watchdog._restarted_at = time.monotonic()  # as _restart() leaves it
+    time.sleep(0.25)
+    assert watchdog._unhealthy_stub() is None  # the run goes on, but no error since
+    errors.error(unhealthy)  # the new server says it too
+    assert watchdog._unhealthy_stub() == "lprnet_0_0"
+    errors.error("plate_recognition failed: detector: out of memory")
+    assert watchdog._unhealthy_stub() is None  # another error: a restart would not help
