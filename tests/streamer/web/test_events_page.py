@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select
 
@@ -28,7 +29,27 @@ def _until(check: Callable[[], Any], timeout_s: float, what: str) -> Any:
 
 
 def _texts(driver: Any, selector: str) -> list[str]:
-    return [e.text for e in driver.find_elements(By.CSS_SELECTOR, selector)]
+    """The rendered text of every element ``selector`` matches, read in one script: the list
+    can be drawn again between a lookup and a read (a stale element reference, seen in CI
+    when the search's results replaced the first page)."""
+    texts = driver.execute_script(
+        "return Array.from(document.querySelectorAll(arguments[0]), e => e.innerText);",
+        selector,
+    )
+    return [text.strip() for text in texts]
+
+
+def _click(driver: Any, selector: str, timeout_s: float = 10) -> None:
+    """Click the first element ``selector`` matches, looked up again if the list was drawn
+    again in between (live events redraw it)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            driver.find_element(By.CSS_SELECTOR, selector).click()
+            return
+        except StaleElementReferenceException:
+            assert time.monotonic() < deadline, f"{selector} kept being drawn again"
+            time.sleep(0.1)
 
 
 def _overflows(driver: Any) -> bool:
@@ -56,8 +77,8 @@ def test_log_in_search_open_an_event_and_log_out(running: RunningService, chromi
     assert "lpr_session" not in chromium.execute_script("return document.cookie;")
     plates = _until(lambda: _texts(chromium, "#results .event .plate"), 20, "the events")
     assert {"O567AM76", "Y836XH76"} <= set(plates)
-    alert = chromium.find_element(By.CSS_SELECTOR, "#results .event.alert")
-    assert "O567AM76" in alert.text and "staff" in alert.text
+    (alert,) = _texts(chromium, "#results .event.alert")
+    assert "O567AM76" in alert and "staff" in alert
     health = _until(lambda: " ".join(_texts(chromium, "#health li")), 10, "camera health")
     assert "yard" in health and "frames/s" in health
     chromium.save_screenshot(str(ARTIFACTS / "events_1600.png"))
@@ -75,7 +96,7 @@ def test_log_in_search_open_an_event_and_log_out(running: RunningService, chromi
     assert "fuzzy=true" in chromium.current_url and "plate=O567AM7" in chromium.current_url
 
     # The event, and the picture of its vehicle.
-    chromium.find_element(By.CSS_SELECTOR, "#results .event").click()
+    _click(chromium, "#results .event")
     detail = _until(
         lambda: (
             chromium.find_element(By.ID, "detail").get_attribute("open") is not None
