@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from streamer.inference.embedded.process import alive
 from streamer.ops.parent_death import dying_with_parent
 
 #: A parent that starts ``sleep 60`` (wrapped or not, as argv[1] says), prints its pid and waits.
@@ -28,15 +29,6 @@ PARENT = textwrap.dedent(
 )
 
 
-def _alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie, reaped by init soon, counts as gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
 def _orphan_after_parent_killed(mode: str) -> tuple[int, bool]:
     """Start PARENT in ``mode``, SIGKILL it; the child's pid and whether it was gone in 5 s."""
     parent = subprocess.Popen(
@@ -47,13 +39,13 @@ def _orphan_after_parent_killed(mode: str) -> tuple[int, bool]:
     )
     assert parent.stdout is not None
     child = int(parent.stdout.readline())
-    assert _alive(child)
+    assert alive(child)
     parent.kill()
     parent.wait()
     deadline = time.monotonic() + 5
-    while _alive(child) and time.monotonic() < deadline:
+    while alive(child) and time.monotonic() < deadline:
         time.sleep(0.05)
-    return child, not _alive(child)
+    return child, not alive(child)
 
 
 def test_a_wrapped_child_dies_with_its_parent_and_a_plain_one_does_not() -> None:
