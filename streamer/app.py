@@ -6,8 +6,10 @@ reverse: cameras stop decoding, their pipelines finish the frames in flight (wit
 ``FRAMES_GRACE_S``) and flush their trackers, events reach the sinks, then the stream, then
 Triton. One frame's way: ingest/source.py (decode, sample, motion gate) ->
 ingest/frame_queue.py -> pipeline/camera.py -> inference/client.py (Triton) ->
-tracking/passes.py (tracker, evidence, vote) -> delivery/publisher.py -> delivery/events.py,
-delivery/outbox_sink.py (outbox) -> delivery/webhook_delivery.py, delivery/mqtt_delivery.py.
+tracking/passes.py (tracker, evidence, vote) -> delivery/publisher.py, delivery/events.py
+(committed to the event log: delivery/outbox.py) -> delivery/consumers.py, each consumer
+reading the log at its own pace: store/history_delivery.py, delivery/jsonl_delivery.py,
+delivery/webhook_delivery.py, delivery/mqtt_delivery.py.
 
 Every long-lived part runs supervised (streamer/pipeline/supervisor.py): a part that
 crashes is logged with its traceback and restarted with backoff; an embedded Triton that
@@ -26,14 +28,21 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from prometheus_client.core import Metric
 
 from streamer.config import Settings
-from streamer.delivery.events import EventSink, JsonLinesSink, PlateEvent
-from streamer.delivery.outbox import OutboxError
-from streamer.delivery.outbox_sink import OutboxSink, create_outbox_sink, replace_outbox_sink
+from streamer.delivery.consumers import (
+    CATCH_UP_TIMEOUT_S,
+    Consumers,
+    Progress,
+    deliverers_of,
+    log_targets,
+)
+from streamer.delivery.deliverer import Deliverer
+from streamer.delivery.events import EventSink, PlateEvent
+from streamer.delivery.outbox import Outbox, OutboxError, OutboxInUseError
 from streamer.delivery.publisher import EventPublisher
 from streamer.domain.picture_links import PictureLinks, open_links
 from streamer.inference.model_errors import ModelErrors
@@ -44,6 +53,7 @@ from streamer.ops.metrics import Metrics, build_info
 from streamer.ops.reload import Plan, Reloader
 from streamer.ops.server import OpsServer
 from streamer.ops.startup import (
+    StartupError,
     check_model_repository,
     link_key_error,
     listen_error,
@@ -58,8 +68,8 @@ from streamer.pipeline.shards import Shard
 from streamer.pipeline.supervisor import Supervisor
 from streamer.store import erasure
 from streamer.store.base import EventStore, StoreError, describe_store, open_event_store
+from streamer.store.history_delivery import HistoryDeliverer
 from streamer.store.retention import keep_within_retention
-from streamer.store.sink import StoreSink
 from streamer.tracking.plate_pass import PlatePass
 from streamer.web import WebServer
 from streamer.web.view_source import CameraStatus, Snapshot
@@ -72,8 +82,14 @@ LOG = logging.getLogger(__name__)
 
 #: At shutdown (SIGTERM: target 5 s in all), how long the frames in flight may take...
 FRAMES_GRACE_S = 1.5
-#: ...the queued events to reach the sinks (normally milliseconds)...
+#: ...the queued events to be committed to the event log (normally milliseconds)...
 DRAIN_TIMEOUT_S = 15.0
+#: At a stop (not ``--once``), how long the consumers in this process (history, stdout, the
+#: file) may take to catch up with what the drain committed (the remote ones go on at the
+#: next start).
+LOCAL_CATCH_UP_S = 2.0
+#: ``--once``'s exit code when a consumer has events left (pending or dead letters).
+EXIT_EVENTS_LEFT = 3
 #: ...and the embedded Triton to exit before its process group is killed.
 TRITON_STOP_S = 2.0
 #: Signals that stop the service, and the one that reloads its config.
@@ -91,15 +107,20 @@ class Service:
         extra_sinks: Sequence[EventSink] = (),
         on_result: OnResult | None = None,
         shard: Shard | None = None,
+        drain_timeout_s: float = CATCH_UP_TIMEOUT_S,
     ) -> None:
         """``config_path``: the file ``settings`` came from, read again on reload (without
-        it, reload is refused). ``extra_sinks`` get every event after the configured sinks;
-        ``on_result`` sees every frame's reads, in order per camera (``python -m streamer
-        replay`` uses both). ``shard``: this replica of several runs only the cameras it holds
-        (streamer/pipeline/shards.py; default: every camera)."""
+        it, reload is refused). ``extra_sinks``: in-process observers given every event once
+        it is committed; ``on_result`` sees every frame's reads, in order per camera
+        (``python -m streamer replay`` uses both). ``shard``: this replica of several runs
+        only the cameras it holds (streamer/pipeline/shards.py; default: every camera).
+        ``drain_timeout_s``: with ``once``, how long the consumers may take to catch up."""
         self.settings = settings
         self.shard = shard or Shard()
         self.once = once
+        self.drain_timeout_s = drain_timeout_s
+        #: With ``once``: what each consumer did and has left, once the cameras ended.
+        self.progress: dict[str, Progress] | None = None
         self.config_path = config_path
         self.triton: EmbeddedTriton | None = None
         self.watchdog: TritonWatchdog | None = None
@@ -107,13 +128,17 @@ class Service:
         self.model_build: ModelBuild | None = None
         self.supervisor = Supervisor()
         self.recognizer: TritonPool | None = None
-        self.deliveries: OutboxSink | None = None  # webhooks and MQTT, from the outbox
+        self.log: Outbox | None = None  # the durable event log (None: no consumer)
+        self.consumers: Consumers | None = None  # who reads it: history, files, targets
         self.store: EventStore | None = None  # the event history (storage:)
+        self._history: Deliverer | None = None  # the history's consumer
         self.extra_sinks = tuple(extra_sinks)
         self.metrics = Metrics()
         self.metrics.add_collector(self._collect_state)
         self.publisher = EventPublisher(
-            [], self.metrics, jpeg_quality=settings.events.crop_jpeg_quality
+            self.metrics,
+            jpeg_quality=settings.events.crop_jpeg_quality,
+            queue_max_bytes=settings.outbox.queue_max_mb * 2**20,
         )
         self.recent = self.publisher.recent
         self.cameras = Cameras(
@@ -129,14 +154,10 @@ class Service:
         #: Signs and checks the picture links of webhook and MQTT payloads (made at start).
         self.links: PictureLinks | None = None
         self._stop = asyncio.Event()
+        self._ended = False  # --once: every camera played to its end
         self.reloader = Reloader(self, config_path, self.metrics)
         #: Starts a sharded replica's cameras once it holds their leases (made at start).
         self.lease_gate = LeaseGate(self.cameras, None, FRAMES_GRACE_S)
-
-    @property
-    def sinks(self) -> list[EventSink]:
-        """Where events go, in order (the publisher's list: a reload may replace one)."""
-        return self.publisher.sinks
 
     def request_stop(self) -> None:
         self._stop.set()
@@ -148,9 +169,11 @@ class Service:
     async def run(self) -> int:
         """Run until stopped (or, with ``once``, until every camera has ended).
 
-        Returns 0; with ``once``, 1 when a camera never delivered a frame or Triton never
-        answered one (after printing a per-camera summary to stderr). Raises
-        :class:`StartupError` when a part cannot start."""
+        Returns 0; with ``once``, after a line per camera and one per consumer on stderr,
+        1 when a camera never delivered a frame or Triton never answered one, else
+        :data:`EXIT_EVENTS_LEFT` when a consumer still had events pending after
+        ``drain_timeout_s`` or dead-lettered some. Raises :class:`StartupError` when a part
+        cannot start."""
         loop = asyncio.get_running_loop()
         handlers = [(s, self.request_stop) for s in STOP_SIGNALS]
         handlers.append((RELOAD_SIGNAL, self.request_reload))
@@ -180,7 +203,30 @@ class Service:
             for signum, _ in handlers:
                 with contextlib.suppress(NotImplementedError, RuntimeError):
                     loop.remove_signal_handler(signum)
-        return self.cameras.summary(self.publisher.by_camera, sys.stderr) if self.once else 0
+        if not self.once:
+            return 0
+        code = self.cameras.summary(self.publisher.by_camera, sys.stderr)
+        left = self._consumer_summary(sys.stderr)
+        return code or (EXIT_EVENTS_LEFT if left else 0)
+
+    def _consumer_summary(self, out: TextIO) -> bool:
+        """``--once``: a line per consumer (delivered, left) to ``out``; whether any has
+        events left (pending, or dead letters of this run)."""
+        left = False
+        for name, progress in (self.progress or {}).items():
+            line = f"consumer {name}: {progress.delivered} delivered"
+            if progress.dead:
+                line += f", {progress.dead} dead letter(s) (`deadletters list`)"
+            if progress.pending:
+                line += (
+                    f", {progress.pending} left after {self.drain_timeout_s:g} s (kept in "
+                    f"{self.settings.outbox.path}: delivered at the next start)"
+                )
+            left = left or bool(progress.dead or progress.pending)
+            print(line, file=out, flush=True)
+        if self.progress is None and self.consumers is not None:
+            print("consumers: not waited for (the run was stopped)", file=out, flush=True)
+        return left
 
     async def _start(self) -> None:
         """Start every part; raises :class:`StartupError` (one line) for what a user can fix."""
@@ -213,31 +259,18 @@ class Service:
             # not ready, and frames fail (counted) until Triton answers.
             LOG.warning("Triton at %s is not ready yet; starting anyway, retrying", ", ".join(urls))
 
-        events = self.settings.events
-        sinks: list[EventSink] = []
-        if events.stdout:
-            sinks.append(JsonLinesSink.stdout(include_crop=False))
-        if events.file is not None:
-            sinks.append(JsonLinesSink(events.file))
-        try:
-            self.deliveries = await create_outbox_sink(
-                self.settings, self.metrics, supervisor=self.supervisor, **self._delivery_options()
-            )
-        except OutboxError as exc:
-            raise outbox_error(self.settings.outbox.path, exc) from None
-        if self.deliveries is not None:
-            sinks.append(self.deliveries)
         storage = self.settings.storage
         if storage.enabled:
             try:
                 self.store = await open_event_store(storage)
             except StoreError as exc:
                 raise store_error(describe_store(storage), storage.backend, exc) from None
-            sinks.append(StoreSink(self.store))
+            self._history = HistoryDeliverer(self.store, self.metrics)
             self.publisher.frame_max_width = storage.frame_max_width
             store = self.store
             self.supervisor.start("history", lambda: keep_within_retention(store, storage))
-        self.publisher.sinks = [*sinks, *self.extra_sinks]
+        await self._open_log(self._deliverers(self.settings))
+        self.publisher.observers = list(self.extra_sinks)
         self.supervisor.start("events", self.publisher.run)
 
         self.cameras.recognizer = self.recognizer
@@ -296,8 +329,36 @@ class Service:
         endpoint = self.recognizer.endpoints.get(url) if self.recognizer is not None else None
         return endpoint.client.model_errors if endpoint is not None else None
 
+    def _deliverers(self, settings: Settings) -> list[Deliverer]:
+        """The consumers of ``settings`` (the history's is the service's)."""
+        return deliverers_of(
+            settings, self.metrics, history=self._history, **self._delivery_options()
+        )
+
+    async def _open_log(self, deliverers: list[Deliverer]) -> None:
+        """Open the event log (as its one owner) and start its consumers; none: no log."""
+        if not deliverers:
+            return
+        path = self.settings.outbox.path
+        try:
+            log = await Outbox.open(
+                path, [d.name for d in deliverers], metrics=self.metrics, owner=True
+            )
+        except OutboxInUseError as exc:
+            raise StartupError(str(exc)) from None
+        except OutboxError as exc:
+            raise outbox_error(path, exc) from None
+        consumers = Consumers(
+            log, deliverers, self.metrics, self.settings.outbox, supervisor=self.supervisor
+        )
+        self.log, self.consumers = log, consumers
+        log_targets(deliverers)
+        await consumers.start()
+        self.publisher.log = consumers
+
     async def _publish(self, passes: list[PlatePass]) -> None:
-        self.publisher.submit(passes)  # never waits: the pipeline goes back to its frames
+        # Waits only while the event queue is full (the log cannot commit): backpressure.
+        await self.publisher.publish(passes)
 
     # -- reload (streamer/ops/reload.py) ---------------------------------------------------
 
@@ -315,18 +376,14 @@ class Service:
             self.cameras.reconfigure(change.settings)
         configured = [c.name for c in change.settings.enabled_cameras]
         held = [name for name in configured if self.shard.holds(name)]
-        if self.deliveries is not None:  # before a replacement: the running sink knows the old
-            await self.deliveries.cameras_changed(held, configured)
+        if self.consumers is not None:  # before a replacement: the running ones know the old
+            await self.consumers.cameras_changed(held, configured)
         if change.delivery_changed:
-            self.deliveries = await replace_outbox_sink(
-                self.publisher,
-                self.deliveries,
-                change.settings,
-                self.settings,
-                self.metrics,
-                self.supervisor,
-                **self._delivery_options(),
-            )
+            deliverers = self._deliverers(change.settings)
+            if self.consumers is None:
+                await self._open_log(deliverers)
+            elif deliverers:
+                await self.consumers.replace(deliverers)
         for config in change.changed + change.added:
             self.lease_gate.start(config, change.settings)
 
@@ -376,15 +433,16 @@ class Service:
         self, *, plate: str | None = None, event_id: str | None = None, trigger: str
     ) -> dict[str, int]:
         """Every trace of ``plate`` (or the pass ``event_id``) out (streamer/store/erasure.py)."""
-        outbox = self.deliveries.outbox if self.deliveries is not None else None
         erased = await erasure.erase(
             plate=plate,
             event_id=event_id,
             store=self.store,
-            outbox=outbox,
+            outbox=self.log,
             recent=self.recent,
             trigger=trigger,
-            retained=self.deliveries,
+            retained=self.consumers,
+            publisher=self.publisher,
+            open_passes=self.cameras.erase,
         )
         return erased.to_dict()
 
@@ -399,7 +457,7 @@ class Service:
             watchdog=self.watchdog,
             supervisor=self.supervisor,
             publisher=self.publisher,
-            sinks=self.sinks,
+            consumers=self.consumers,
             cameras=self.cameras.values(),
             config=self.reloader.state(),
             leases=self._lease_state(),
@@ -436,6 +494,7 @@ class Service:
                 pending -= done
                 if self.once and not pending:
                     LOG.info("every camera has ended (--once)")
+                    self._ended = True
                     return
         finally:
             stop.cancel()
@@ -454,11 +513,21 @@ class Service:
         await self.supervisor.stop("leases")  # no camera starts now
         await self.cameras.stop(grace_s=FRAMES_GRACE_S, forget=False)
         await self.lease_gate.close()  # stopped: another replica may run them
-        if self.supervisor.task("events") is not None:  # the flushed passes reach the sinks
+        if self.supervisor.task("events") is not None:  # the flushed passes reach the log
             await self.publisher.drain(DRAIN_TIMEOUT_S)
+        await self.supervisor.stop("events")  # (what is left was logged by the drain)
+        if self.consumers is not None and self._ended:
+            LOG.info("waiting up to %g s for every consumer to catch up", self.drain_timeout_s)
+            self.progress = await self.consumers.wait_caught_up(self.drain_timeout_s)
+        elif self.consumers is not None:  # the flushed passes on stdout and in the history
+            await self.consumers.wait_caught_up(LOCAL_CATCH_UP_S, local_only=True)
         await self.supervisor.stop("history")  # no pruning of a history that closes
-        for sink in self.sinks:
-            await sink.close()
+        if self.consumers is not None:  # what they had not delivered stays in the log
+            await self.consumers.close()
+        if self.log is not None:
+            await self.log.close()
+        if self.store is not None:
+            await self.store.close()
         if self.recognizer is not None:
             await self.recognizer.close()
         await self.supervisor.stop()  # the watchdog first: it must not restart Triton now

@@ -28,3 +28,14 @@ def positive_seconds(text: str) -> float:
     if not (value > 0 and math.isfinite(value)):
         raise argparse.ArgumentTypeError(f"must be above 0 seconds, got {text}")
     return value
+
+
+def non_negative_seconds(text: str) -> float:
+    """argparse ``type=``: a finite number of seconds, 0 or more."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not (value >= 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"must be 0 seconds or more, got {text}")
+    return value

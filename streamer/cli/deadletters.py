@@ -9,7 +9,7 @@
 reason); it reads only the config's ``outbox`` section, so it needs none of the targets'
 secrets in the environment. ``redrive`` puts dead letters back to pending, due now: a
 running service picks them up within a few seconds (it looks at the outbox every
-``streamer.delivery.outbox_sink.POLL_INTERVAL_S``), a stopped one at its next start. It
+``streamer.delivery.consumers.POLL_INTERVAL_S``), a stopped one at its next start. It
 works on the outbox file of the config (``outbox.path``) and may run next to the service
 (SQLite WAL: the service keeps delivering meanwhile).
 

@@ -3,10 +3,11 @@
 ``python -m streamer run --config FILE [--once] [--shard I/N]``: the service (with
 ``--shard``, one replica of N: only its cameras, streamer/pipeline/shards.py). Runs until
 SIGINT/SIGTERM, which stop it cleanly (exit 0); with ``--once`` file cameras play once and it
-exits when every camera has ended and every event is written, after a line per camera (exit 1
-when a camera never delivered a frame or Triton answered none). A bad config or usage exits
-with code 2; a start-up failure a user can fix (streamer/ops/startup.py) with one line and
-code 1.
+exits when every camera has ended and every consumer of the event log has caught up (or
+``--drain-timeout`` passed), after a line per camera and per consumer (exit 1 when a camera
+never delivered a frame or Triton answered none, 3 when a consumer has events left). A bad
+config or usage exits with code 2; a start-up failure a user can fix
+(streamer/ops/startup.py) with one line and code 1.
 
 ``python -m streamer replay --config FILE --truth TRUTH.yaml``: play the config's clips
 once, as fast as possible, and score the events against the truth (streamer/cli/replay.py).
@@ -44,6 +45,8 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from streamer.cli import deadletters, erase, recognise
+from streamer.cli.arguments import non_negative_seconds
+from streamer.delivery.consumers import CATCH_UP_TIMEOUT_S
 from streamer.ops.logs import setup_logging
 from streamer.ops.paths import DEFAULT_MODEL_REPOSITORY
 from streamer.pipeline.shards import Shard
@@ -141,7 +144,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return 2
     setup_logging(args.log_level or settings.log.level, settings.log.format)
     try:
-        service = Service(settings, once=args.once, config_path=args.config, shard=args.shard)
+        service = Service(
+            settings,
+            once=args.once,
+            config_path=args.config,
+            shard=args.shard,
+            drain_timeout_s=args.drain_timeout,
+        )
         return asyncio.run(service.run())
     except StartupError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -204,6 +213,15 @@ def build_parser() -> Parser:
     run = sub.add_parser("run", help="run the service on a YAML config")
     run.add_argument("--config", type=Path, required=True, help="YAML config (configs/demo.yaml)")
     run.add_argument("--once", action="store_true", help="play file cameras once, then exit")
+    run.add_argument(
+        "--drain-timeout",
+        type=non_negative_seconds,
+        default=CATCH_UP_TIMEOUT_S,
+        metavar="S",
+        help="with --once: seconds every consumer (history, stdout, file, webhooks, MQTT) "
+        "may take to deliver what is left once the cameras ended (default "
+        f"{CATCH_UP_TIMEOUT_S:g}); then exit 3 if events are left",
+    )
     run.add_argument(
         "--shard",
         type=_shard,

@@ -31,7 +31,14 @@ messages). Other packages import from here.
 from streamer.config.base import CAMERA_NAME_PATTERN
 from streamer.config.cameras import CameraConfig, MotionConfig
 from streamer.config.decisions import EventsConfig, KnownPlatesConfig, TrackerConfig
-from streamer.config.delivery import OutboxConfig, WebhookTargetConfig
+from streamer.config.delivery import (
+    FILE_CONSUMER,
+    HISTORY_CONSUMER,
+    LOCAL_CONSUMERS,
+    STDOUT_CONSUMER,
+    OutboxConfig,
+    WebhookTargetConfig,
+)
 from streamer.config.errors import ConfigError
 from streamer.config.inference import TritonConfig
 from streamer.config.loader import load_config, load_outbox_config, parse_yaml
@@ -42,7 +49,11 @@ from streamer.config.storage import StorageConfig
 
 __all__ = [
     "CAMERA_NAME_PATTERN",
+    "FILE_CONSUMER",
+    "HISTORY_CONSUMER",
+    "LOCAL_CONSUMERS",
     "MQTT_TARGET",
+    "STDOUT_CONSUMER",
     "CameraConfig",
     "ConfigError",
     "DiscoveryConfig",

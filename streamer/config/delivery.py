@@ -8,10 +8,10 @@ import binascii
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, SecretStr, ValidationInfo, field_validator
+from pydantic import AfterValidator, Field, SecretStr, ValidationInfo, field_validator
 
 from streamer.config.base import (
     CAMERA_NAME,
@@ -29,6 +29,12 @@ WEBHOOK_SECRET_HINT = (
     "python -c \"import base64,os; print('whsec_'+base64.b64encode(os.urandom(24)).decode())\""
 )
 _BASE64 = re.compile(r"^[A-Za-z0-9+/]+={0,2}$")
+#: The event log's consumers in this process (streamer/delivery/consumers.py): the history,
+#: ``events.stdout`` and ``events.file``. A webhook target may not take their names.
+HISTORY_CONSUMER = "history"
+STDOUT_CONSUMER = "stdout"
+FILE_CONSUMER = "file"
+LOCAL_CONSUMERS = (HISTORY_CONSUMER, STDOUT_CONSUMER, FILE_CONSUMER)
 
 
 def check_http_url(url: str, what: str) -> str:
@@ -48,6 +54,33 @@ def check_http_url(url: str, what: str) -> str:
     return url
 
 
+def check_webhook_secret(secret: SecretStr) -> SecretStr:
+    """A Standard Webhooks secret: ``whsec_`` + base64 of 24-64 bytes. The value is never
+    quoted: an error says what is wrong, not what it is."""
+    value = secret.get_secret_value()
+    if not value.startswith(WEBHOOK_SECRET_PREFIX):
+        raise ValueError(f"the secret does not start with 'whsec_': {WEBHOOK_SECRET_HINT}")
+    body = value[len(WEBHOOK_SECRET_PREFIX) :]
+    if not _BASE64.match(body):
+        raise ValueError(f"the secret after 'whsec_' is not base64: {WEBHOOK_SECRET_HINT}")
+    try:
+        key = base64.b64decode(body + "=" * (-len(body) % 4), validate=True)
+    except (binascii.Error, ValueError):
+        raise ValueError(
+            f"the secret after 'whsec_' is not base64: {WEBHOOK_SECRET_HINT}"
+        ) from None
+    if not 24 <= len(key) <= 64:
+        raise ValueError(f"the secret holds {len(key)} bytes: {WEBHOOK_SECRET_HINT}")
+    return secret
+
+
+#: A webhook secret checked as :func:`check_webhook_secret` does (an item of a list).
+WebhookSecret = Annotated[SecretStr, AfterValidator(check_webhook_secret)]
+
+#: Longest ``retry_rejected_for_s``: 7 days.
+MAX_REJECTED_WINDOW_S = 7 * 86_400.0
+
+
 class WebhookTargetConfig(Section):
     """One webhook receiver: every event is POSTed to it, signed, retried until delivered."""
 
@@ -64,6 +97,13 @@ class WebhookTargetConfig(Section):
     secret: SecretStr = Field(
         description="Standard Webhooks signing secret, 'whsec_' + base64 of 24-64 random bytes "
         "(keep it in the environment: ${WEBHOOK_SECRET}). Never logged."
+    )
+    previous_secrets: list[WebhookSecret] = Field(
+        default_factory=list,
+        max_length=3,
+        description="Secrets being rotated out (at most 3, each like secret): every request "
+        "is signed with secret and with each of these, so that a receiver holding the old or "
+        "the new one accepts it. Never logged.",
     )
     enabled: bool = Field(True, description="Deliver to this target; false keeps it configured.")
     timeout_s: float = Field(
@@ -93,6 +133,14 @@ class WebhookTargetConfig(Section):
         description="Longest Retry-After (of a 429 or 5xx answer) that is honoured; longer "
         "ones are cut to this.",
     )
+    retry_rejected_for_s: float = Field(
+        600.0,
+        ge=0,
+        le=MAX_REJECTED_WINDOW_S,
+        description="Seconds a target answering 401, 403 or 404 (since its last 2xx) is "
+        "retried with the backoff before its events become dead letters; 0: dead letters at "
+        "once.",
+    )
     payload: Literal["envelope", "bare"] = Field(
         "envelope",
         description="The body: envelope ({type, timestamp, data}: the event in data, as "
@@ -121,6 +169,11 @@ class WebhookTargetConfig(Section):
                 f"target name {name!r} is not allowed: use 1-63 characters of a-z, 0-9, "
                 "'_' and '-', starting with a letter or digit (e.g. 'crm')"
             )
+        if name in LOCAL_CONSUMERS:
+            raise ValueError(
+                f"target name {name!r} is taken: the event log's consumers "
+                f"{', '.join(LOCAL_CONSUMERS)} have these names; choose another (e.g. 'crm')"
+            )
         return name
 
     @field_validator("url")
@@ -131,22 +184,7 @@ class WebhookTargetConfig(Section):
     @field_validator("secret")
     @classmethod
     def _check_secret(cls, secret: SecretStr) -> SecretStr:
-        # The value is never quoted: an error says what is wrong, not what it is.
-        value = secret.get_secret_value()
-        if not value.startswith(WEBHOOK_SECRET_PREFIX):
-            raise ValueError(f"the secret does not start with 'whsec_': {WEBHOOK_SECRET_HINT}")
-        body = value[len(WEBHOOK_SECRET_PREFIX) :]
-        if not _BASE64.match(body):
-            raise ValueError(f"the secret after 'whsec_' is not base64: {WEBHOOK_SECRET_HINT}")
-        try:
-            key = base64.b64decode(body + "=" * (-len(body) % 4), validate=True)
-        except (binascii.Error, ValueError):
-            raise ValueError(
-                f"the secret after 'whsec_' is not base64: {WEBHOOK_SECRET_HINT}"
-            ) from None
-        if not 24 <= len(key) <= 64:
-            raise ValueError(f"the secret holds {len(key)} bytes: {WEBHOOK_SECRET_HINT}")
-        return secret
+        return check_webhook_secret(secret)
 
     @field_validator("public_base_url", mode="before")
     @classmethod
@@ -189,21 +227,53 @@ OutboxPath = config_path(DEFAULT_OUTBOX_PATH)
 
 
 class OutboxConfig(Section):
-    """The durable webhook outbox (SQLite): every event is stored here before delivery."""
+    """The durable event log (SQLite): every event is committed here first, and each
+    consumer (the history, stdout, the file, each webhook target, MQTT) reads it from here at
+    its own pace."""
 
     path: OutboxPath = Field(
         DEFAULT_OUTBOX_PATH,
         validate_default=True,  # so that the default resolves against the config's folder
-        description="SQLite file of the outbox (relative: to the config file's folder); "
-        "its folder is created when missing.",
+        description="SQLite file of the event log (relative: to the config file's folder); "
+        "its folder is created when missing. One service per file: a second one refuses to "
+        "start.",
     )
     retention_s: float = Field(
         7 * 86_400.0,
         ge=0,
         le=366 * 86_400,
-        description="Seconds a delivered event is kept (to re-serve its crop) before it is "
-        "pruned; undelivered events and dead letters are never pruned.",
+        description="Seconds an event every consumer has is kept (to re-serve its crop) "
+        "before it is pruned; pending events are never pruned.",
+    )
+    dead_letter_retention_s: float = Field(
+        30 * 86_400.0,
+        ge=0,
+        le=3660 * 86_400,
+        description="Seconds a dead letter is kept for `deadletters redrive` before it is pruned.",
     )
     prune_interval_s: float = Field(
-        600.0, gt=0, le=86_400, description="Seconds between two prunings of delivered events."
+        600.0, gt=0, le=86_400, description="Seconds between two prunings of the log."
+    )
+    max_pending: int = Field(
+        100_000,
+        ge=1,
+        le=100_000_000,
+        description="Events one consumer may have pending: at 80 % it is warned of and a "
+        "readiness problem; beyond it, its oldest pending events become dead letters "
+        "(re-drivable), so that a consumer gone for good cannot fill the disk.",
+    )
+    max_lag_s: float = Field(
+        300.0,
+        ge=0,
+        le=30 * 86_400,
+        description="Seconds a consumer's oldest pending event may wait before the service "
+        "reports it not ready, naming the consumer; 0: never.",
+    )
+    queue_max_mb: int = Field(
+        64,
+        ge=1,
+        le=4096,
+        description="MiB of decided events (their pictures) held in memory while the log "
+        "cannot commit (a full disk); beyond it the cameras' decisions wait (none is "
+        "dropped) and the service reports not ready.",
     )

@@ -9,7 +9,14 @@ from pydantic import Field, ValidationInfo, field_validator
 from streamer.config.base import Section
 from streamer.config.cameras import CameraConfig
 from streamer.config.decisions import EventsConfig, KnownPlatesLists, TrackerConfig
-from streamer.config.delivery import OutboxConfig, WebhookTargetConfig
+from streamer.config.delivery import (
+    FILE_CONSUMER,
+    HISTORY_CONSUMER,
+    LOCAL_CONSUMERS,
+    STDOUT_CONSUMER,
+    OutboxConfig,
+    WebhookTargetConfig,
+)
 from streamer.config.inference import TritonConfig
 from streamer.config.mqtt import MQTT_TARGET, MqttConfig
 from streamer.config.service import LogConfig, MetricsConfig, ReloadConfig, WebConfig
@@ -105,8 +112,17 @@ class Settings(Section):
         return mqtt
 
     @property
+    def consumers(self) -> list[str]:
+        """The event log's consumers, in order: ``history`` (with ``storage``), ``stdout``,
+        ``file`` (as ``events`` says), then :attr:`delivery_targets`."""
+        names = [HISTORY_CONSUMER] if self.storage.enabled else []
+        names += [STDOUT_CONSUMER] if self.events.stdout else []
+        names += [FILE_CONSUMER] if self.events.file is not None else []
+        return names + self.delivery_targets
+
+    @property
     def delivery_targets(self) -> list[str]:
-        """The outbox's targets: every enabled webhook target, then ``mqtt`` if enabled."""
+        """The remote consumers: every enabled webhook target, then ``mqtt`` if enabled."""
         names = [t.name for t in self.webhooks if t.enabled]
         if self.mqtt is not None and self.mqtt.enabled:
             names.append(MQTT_TARGET)
@@ -114,8 +130,9 @@ class Settings(Section):
 
     @property
     def configured_targets(self) -> list[str]:
-        """Every target the config names, enabled or not (the dead-letter CLI's choices)."""
-        names = [t.name for t in self.webhooks]
+        """Every consumer the config names, enabled or not (the dead-letter CLI's choices)."""
+        names = [n for n in self.consumers if n in LOCAL_CONSUMERS]
+        names += [t.name for t in self.webhooks]
         if self.mqtt is not None:
             names.append(MQTT_TARGET)
         return names

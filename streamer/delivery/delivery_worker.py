@@ -16,7 +16,7 @@ again) or ``poll_interval_s`` (dead letters re-driven by the CLI, in another pro
 next retry is due. An :class:`~streamer.delivery.outbox.OutboxError` (logged and counted by
 the outbox) slows it down to ``outbox_error_delay_s``; any other exception ends :meth:`run`,
 for its supervisor to log with the traceback and run again (the sink,
-:class:`~streamer.delivery.outbox_sink.OutboxSink`, runs it as a part). The deliveries in
+:class:`~streamer.delivery.consumers.Consumers`, runs it as a part). The deliveries in
 flight are tasks of their own: they outlive a crash of the loop, and a restarted loop does
 not send their cameras' events again.
 """
@@ -30,7 +30,7 @@ import logging
 import random
 import time
 
-from streamer.delivery.deliverer import Deliverer, Outcome
+from streamer.delivery.deliverer import Deliverer, LocalDeliverer, Outcome
 from streamer.delivery.outbox import Outbox, OutboxError
 from streamer.delivery.outbox_sql import PendingDelivery
 
@@ -59,6 +59,9 @@ class DeliveryWorker:
         #: camera -> its delivery in flight (one per camera: per-camera order).
         self.in_flight: dict[str, asyncio.Task[None]] = {}
         self.failing = False
+        #: Events delivered and dead-lettered by this worker (a ``--once`` run's summary).
+        self.delivered = 0
+        self.dead = 0
         #: The deliverer was ready at the last look (a change to ready makes all due).
         self._was_ready = True
 
@@ -87,6 +90,7 @@ class DeliveryWorker:
                         free,
                         exclude_cameras=set(self.in_flight),
                         with_crop=deliverer.with_crop,
+                        with_frame=getattr(deliverer, "with_frame", False),
                     )
                     for item in batch:
                         self._launch(item)
@@ -127,14 +131,23 @@ class DeliveryWorker:
         self.deliverer.count(outcome.kind)
         if outcome.kind == "delivered":
             await self.outbox.mark_delivered(item.event_id, name)
+            self.delivered += 1
             if self.failing:
                 self.failing = False
                 LOG.info("%s: delivering again", what)
-            LOG.info("%s: delivered event %s", what, item.event_id)
+            # The remote ones at INFO (what left the process); history and files every event.
+            local = isinstance(self.deliverer, LocalDeliverer)
+            LOG.log(
+                logging.DEBUG if local else logging.INFO,
+                "%s: delivered event %s",
+                what,
+                item.event_id,
+            )
             return
         error = outcome.error or "unknown error"
         if outcome.kind == "dead":
             await self.outbox.mark_dead(item.event_id, name, error)
+            self.dead += 1
             LOG.warning(
                 "%s: event %s (camera %s) is a dead letter: %s (see "
                 "`python -m streamer deadletters list`)",

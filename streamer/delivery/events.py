@@ -1,21 +1,19 @@
-"""Plate events: what a vehicle pass becomes, and where events go (sinks).
+"""Plate events: what a vehicle pass becomes (:class:`PlateEvent`, its pictures).
 
-A sink receives each event once, in order per camera. Sinks here write JSON
-lines to stdout or to a file; the durable webhook outbox plugs in as another
-``EventSink``. A sink that is slow holds up only the event path, never
-inference (events are rare: one per vehicle pass).
+A decided pass becomes an event (:func:`build_event`: the crop and the vehicle picture
+encoded, the frame's pixels let go), is committed to the event log
+(streamer/delivery/publisher.py) and read from there by every consumer
+(streamer/delivery/consumers.py), which rebuilds it with :meth:`PlateEvent.from_payload`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
-import json
-import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import Any, Protocol
 
 import cv2
 import numpy as np
@@ -128,6 +126,39 @@ class PlateEvent:
             payload["crop_jpeg_base64"] = base64.b64encode(self.crop_jpeg).decode("ascii")
         return payload
 
+    @classmethod
+    def from_payload(
+        cls, payload: Mapping[str, Any], crop: bytes, frame: bytes | None = None
+    ) -> PlateEvent:
+        """The event whose :meth:`to_dict` (without the crop) is ``payload``, as the event
+        log keeps it, with its pictures (a consumer of the log rebuilds it so)."""
+        first, last = payload["first_seen"], payload["last_seen"]
+        box = payload["box"]
+        return cls(
+            event_id=str(payload["event_id"]),
+            camera=str(payload["camera"]),
+            text=str(payload["text"]),
+            confidence=float(payload["confidence"]),
+            candidates=[(str(c["text"]), float(c["score"])) for c in payload["candidates"]],
+            track_id=int(payload["track_id"]),
+            reads=int(payload["reads"]),
+            evidence=int(payload["evidence"]),
+            first_seen=Sighting(str(first["utc"]), float(first["stream_time_s"])),
+            last_seen=Sighting(str(last["utc"]), float(last["stream_time_s"])),
+            box=(float(box[0]), float(box[1]), float(box[2]), float(box[3])),
+            crop_jpeg=crop,
+            reason=str(payload["reason"]),
+            first_seen_monotonic=0.0,  # (a time of the process that decided it)
+            version=int(payload.get("version", 1)),
+            previous_text=payload.get("previous_text"),
+            match=dict(payload["match"]) if payload.get("match") is not None else None,
+            alert=bool(payload.get("alert", False)),
+            voted_text=payload.get("voted_text"),
+            decided_after_s=float(payload.get("decided_after_s", 0.0)),
+            char_confidence=tuple(float(c) for c in payload.get("char_confidence", ())),
+            frame_jpeg=frame,
+        )
+
 
 def crop_jpeg(image: np.ndarray, box: tuple[float, float, float, float], quality: int) -> bytes:
     """JPEG of the plate with a small margin (CPU work: call it in a thread)."""
@@ -214,53 +245,13 @@ async def build_event(
 
 
 class EventSink(Protocol):
-    """Where events go. ``publish`` returns once the sink has taken the event."""
+    """An in-process observer of events (``python -m streamer replay``'s collector, the
+    benchmarks' recorders): given each event once it is committed to the event log, within
+    a timeout. The durable consumers (the history, files, webhooks, MQTT) read the log
+    instead (streamer/delivery/consumers.py)."""
 
     name: str
 
     async def publish(self, event: PlateEvent) -> None: ...
 
     async def close(self) -> None: ...
-
-
-class JsonLinesSink:
-    """One JSON object per line, to stdout or appended to a file (written in a thread)."""
-
-    def __init__(
-        self, path: Path | None = None, *, stream: IO[str] | None = None, include_crop: bool = True
-    ) -> None:
-        if (path is None) == (stream is None):
-            raise ValueError("give exactly one of path or stream")
-        self.name = f"jsonl:{path}" if path else "stdout"
-        self.include_crop = include_crop
-        self._path = path
-        self._stream = stream
-        self._file: IO[str] | None = None
-        self._lock = asyncio.Lock()
-
-    @classmethod
-    def stdout(cls, include_crop: bool = False) -> JsonLinesSink:
-        return cls(stream=sys.stdout, include_crop=include_crop)
-
-    async def publish(self, event: PlateEvent) -> None:
-        line = json.dumps(event.to_dict(self.include_crop), ensure_ascii=False) + "\n"
-        async with self._lock:
-            await asyncio.to_thread(self._write, line)
-
-    def _write(self, line: str) -> None:
-        if self._stream is not None:
-            self._stream.write(line)
-            self._stream.flush()
-            return
-        if self._file is None:
-            assert self._path is not None
-            self._path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = self._path.open("a", encoding="utf-8")
-        self._file.write(line)
-        self._file.flush()
-
-    async def close(self) -> None:
-        async with self._lock:
-            if self._file is not None:
-                await asyncio.to_thread(self._file.close)
-                self._file = None

@@ -107,6 +107,9 @@ class MqttDeliverer:
         self._last: dict[str, dict[str, Any]] = {}
         #: Cameras whose ``last`` an erasure cleared while disconnected: done at connect.
         self._forgotten: set[str] = set()
+        #: Passes erased (the event log's records): a retained ``last`` of one found at a
+        #: connect is cleared, also after a restart, also when the broker was down at the time.
+        self.erased_passes: set[str] = set()
         self._supervisor: Supervisor | None = None
         self.connection: MqttConnection | None = None
 
@@ -280,6 +283,8 @@ class MqttDeliverer:
                 held = json.loads(payload)
                 if isinstance(held, dict):
                     self._last[camera] = held
+            if camera in self._last and self._last[camera].get("event_id") in self.erased_passes:
+                await self.erase_passes(())  # an erasure's retained copy: cleared now
 
     async def forget(self, *, plate: str | None = None, event_id: str | None = None) -> int:
         """Clear the retained ``last`` of every camera whose last event holds ``plate`` (any
@@ -295,6 +300,22 @@ class MqttDeliverer:
             self._forgotten.add(camera)
         connection = self.connection
         if cameras and connection is not None and connection.connected:
+            with contextlib.suppress(MqttUnavailableError):  # else at the next connect
+                await self._clear_forgotten()
+        return len(cameras)
+
+    async def erase_passes(self, pass_ids: Iterable[str]) -> int:
+        """Passes erased (by id): the retained ``last`` that holds one is cleared now, or at
+        the next connect, and one found there later is too; how many cleared now."""
+        self.erased_passes.update(pass_ids)
+        cameras = [
+            c for c, held in self._last.items() if held.get("event_id") in self.erased_passes
+        ]
+        for camera in cameras:
+            del self._last[camera]
+            self._forgotten.add(camera)
+        connection = self.connection
+        if self._forgotten and connection is not None and connection.connected:
             with contextlib.suppress(MqttUnavailableError):  # else at the next connect
                 await self._clear_forgotten()
         return len(cameras)

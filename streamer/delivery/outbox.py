@@ -1,18 +1,24 @@
-"""The durable outbox: every event is committed to SQLite before any delivery (webhook
-targets, the MQTT broker).
+"""The durable event log (the outbox): every decision is committed here first, and every
+consumer of events (the history, ``events.stdout`` and ``events.file``, each webhook
+target, the MQTT broker) reads it from here at its own pace (docs/events.md, "The event
+log").
 
-One SQLite file in WAL mode holds two tables:
+One SQLite file in WAL mode holds three tables:
 
 * ``events``: one row per event message (``event_id`` unique: the message id,
   ``PlateEvent.message_id``, which is the event id for a pass's first report and
   ``<event_id>.v<version>`` for a correction; ``seq`` the order it was
   added in, camera, ``created_at``, the JSON payload without the crop, the crop
-  JPEG as a BLOB, kept so it can be sent as base64 or served as a URL);
-* ``deliveries``: one row per event and target (primary key ``(event_id,
+  JPEG and the vehicle picture as BLOBs, kept so a consumer can send or store them);
+* ``deliveries``: one row per event and consumer (``target``; primary key ``(event_id,
   target)``), ``state`` ``pending`` | ``delivered`` | ``dead``, attempts, the
   time of the next attempt, the last error, when it was delivered. ``seq`` and
   ``camera`` are repeated here so that "the oldest pending event of each camera"
-  is one indexed query.
+  is one indexed query;
+* ``erased``: the passes an erasure took out, by id (streamer/store/erasure.py).
+
+One process owns the file (:func:`take_ownership`, a lock on ``<file>.lock``): a second
+service on the same outbox refuses to start; the CLI reads and re-drives beside it.
 
 :meth:`Outbox.add` is the durability point: it returns once the event and a
 pending delivery per target are committed (``synchronous=FULL``). A delivery
@@ -40,10 +46,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import functools
 import json
 import logging
 import os
+import socket
 import sqlite3
 from collections.abc import Callable, Collection, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -53,6 +61,7 @@ from typing import TypeVar
 from streamer.delivery import outbox_sql as sql
 from streamer.delivery.events import PlateEvent
 from streamer.delivery.outbox_sql import (
+    MIGRATIONS,
     SCHEMA,
     SCHEMA_VERSION,
     DeadLetter,
@@ -75,8 +84,46 @@ def _identity(path: Path) -> tuple[int, int] | None:
     return stat.st_dev, stat.st_ino
 
 
+#: Events one transaction of an erasure deletes (a large erasure runs in such batches, so
+#: that the log's writes wait for one batch at most).
+ERASE_BATCH = 500
+
+
 class OutboxError(Exception):
     """The outbox database failed (disk full, I/O error, read-only, missing file, ...)."""
+
+
+class OutboxInUseError(OutboxError):
+    """Another process owns the outbox (its lock file is held)."""
+
+
+def lock_path(path: Path) -> Path:
+    """The file whose lock says which process owns the outbox at ``path``."""
+    return path.with_name(path.name + ".lock")
+
+
+def take_ownership(path: Path) -> int:
+    """Lock ``path``'s lock file for this process (``flock``, freed when the process dies,
+    however it dies) and write its pid and host in it; the file descriptor to close at the
+    end. Raises :class:`OutboxInUseError` naming the holder when another process has it."""
+    lock = lock_path(path)
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "unknown"
+        os.close(fd)
+        raise OutboxInUseError(
+            f"outbox {path} is in use by another service ({holder}): one service per outbox; "
+            "give each its own outbox.path"
+        ) from None
+    except OSError:
+        os.close(fd)
+        raise
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+    return fd
 
 
 class Outbox:
@@ -88,6 +135,7 @@ class Outbox:
         if len(set(targets)) != len(targets):
             raise ValueError(f"target names must be unique, got {list(targets)}")
         self.path = Path(path)
+        #: The consumers an event added gets a pending delivery for (a reload changes them).
         self.targets: tuple[str, ...] = tuple(targets)
         self._metrics = metrics
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="outbox-db")
@@ -96,6 +144,7 @@ class Outbox:
         self._healthy = True
         self._file_id: tuple[int, int] | None = None  # the file opened: (device, inode)
         self._last_error: str | None = None
+        self._lock_fd: int | None = None  # the owner's lock (``open(owner=True)``)
 
     # ------------------------------------------------------------------ life cycle
 
@@ -107,13 +156,19 @@ class Outbox:
         *,
         metrics: Metrics | None = None,
         create: bool = True,
+        owner: bool = False,
     ) -> Outbox:
-        """Open (``create``: or create, with its folder) the outbox at ``path``.
+        """Open (``create``: or create, with its folder) the outbox at ``path``; with
+        ``owner``, as the one service that writes it (:func:`take_ownership`; the CLI's
+        readers and re-drives need not be).
 
-        Raises :class:`OutboxError` when the file cannot be opened or set up.
+        Raises :class:`OutboxError` when the file cannot be opened or set up,
+        :class:`OutboxInUseError` when ``owner`` and another process owns it.
         """
         outbox = cls(Path(path), targets, metrics)
         try:
+            if owner:
+                await outbox._take_ownership()
             await outbox._call(lambda _: None, "open", connect=create, must_exist=not create)
         except BaseException:
             outbox._executor.shutdown(wait=False)
@@ -135,6 +190,7 @@ class Outbox:
                 f"{self.path} has outbox schema {found}, newer than this version "
                 f"understands ({SCHEMA_VERSION})"
             ),
+            migrations=MIGRATIONS,
         )
 
     async def close(self) -> None:
@@ -148,6 +204,9 @@ class Outbox:
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
+            if self._lock_fd is not None:
+                os.close(self._lock_fd)
+                self._lock_fd = None
 
         try:
             await loop.run_in_executor(self._executor, close)
@@ -163,6 +222,15 @@ class Outbox:
     def last_error(self) -> str | None:
         """The last database error, for readiness and logs (never holds a secret)."""
         return self._last_error
+
+    async def _take_ownership(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            self._lock_fd = await loop.run_in_executor(self._executor, take_ownership, self.path)
+        except OutboxInUseError:
+            raise
+        except OSError as exc:
+            raise OutboxError(f"cannot lock {lock_path(self.path)}: {exc}") from exc
 
     # ------------------------------------------------------------------ the DB thread
 
@@ -240,7 +308,8 @@ class Outbox:
 
     async def add(self, event: PlateEvent) -> bool:
         """Commit ``event`` and a pending delivery per target; returns after the commit
-        (the durability point). False when the event id was already there (nothing done).
+        (the durability point). False when the event id was already there, or its pass was
+        erased (:meth:`is_erased`; nothing done).
         """
         if not self.targets:
             raise ValueError("the outbox was opened without targets: nothing to deliver to")
@@ -252,6 +321,7 @@ class Outbox:
             payload=payload,
             crop=bytes(event.crop_jpeg),
             targets=self.targets,
+            frame=bytes(event.frame_jpeg) if event.frame_jpeg is not None else None,
         )
         return await self._call(add, "add", write=True)
 
@@ -287,20 +357,70 @@ class Outbox:
         redrive = functools.partial(sql.redrive, ids=ids, target=target)
         return await self._call(redrive, "redrive", write=True)
 
-    async def prune(self, delivered_older_than: float) -> int:
-        """Forget deliveries delivered more than ``delivered_older_than`` seconds ago, and
-        events with no delivery left. Pending and dead ones are kept. Returns the number
-        of events removed."""
-        prune = functools.partial(sql.prune, delivered_older_than=delivered_older_than)
+    async def prune(
+        self, delivered_older_than: float, dead_older_than: float = float("inf")
+    ) -> int:
+        """Forget deliveries delivered more than ``delivered_older_than`` seconds ago, dead
+        letters older than ``dead_older_than``, and events with no delivery left. Pending
+        ones are kept. Returns the number of events removed."""
+        prune = functools.partial(
+            sql.prune,
+            delivered_older_than=delivered_older_than,
+            dead_older_than=min(dead_older_than, 1e12),
+        )
         return await self._call(prune, "prune", write=True)
 
-    async def erase_delivered(self, needle: str) -> tuple[int, int]:
-        """Forget the delivered events whose payload holds ``needle`` (a plate, JSON-quoted),
-        leaving no trace in the file; ``(events removed, events not delivered yet)``."""
-        erase = functools.partial(sql.erase_delivered, needle=needle)
-        result = await self._call(erase, "erase", write=True)
-        await self._call(lambda conn: conn.execute("PRAGMA wal_checkpoint(TRUNCATE)"), "erase")
-        return result
+    async def erase(
+        self,
+        needle: str,
+        *,
+        batch: int = ERASE_BATCH,
+        progress: Callable[[int], None] | None = None,
+    ) -> tuple[int, set[str]]:
+        """Forget every event whose payload holds ``needle`` (a plate or a pass id,
+        JSON-quoted) with all its deliveries, pending, delivered or dead, of any target
+        (removed ones too), leaving no trace in the file; the passes are recorded as erased.
+        Runs in transactions of ``batch`` events (``progress`` gets the count so far after
+        each). ``(events removed, their pass ids)``."""
+        removed, passes = 0, set[str]()
+        while True:
+            erase = functools.partial(sql.erase_batch, needle=needle, limit=batch)
+            count, ids = await self._call(erase, "erase", write=True)
+            removed += count
+            passes.update(ids)
+            if progress is not None and count:
+                progress(removed)
+            if count < batch:
+                break
+        # fetchall: a checkpoint's cursor left unread keeps its statement open, and the next
+        # write's COMMIT fails ("SQL statements in progress").
+        await self._call(
+            lambda conn: conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall(), "erase"
+        )
+        return removed, passes
+
+    async def record_erased(self, pass_ids: Iterable[str]) -> None:
+        """Remember these passes as erased (a pass that was still open, or queued)."""
+        ids = sorted(set(pass_ids))
+        if ids:
+            record = functools.partial(sql.record_erased, pass_ids=ids)
+            await self._call(record, "record_erased", write=True)
+
+    async def is_erased(self, pass_id: str) -> bool:
+        """Whether the pass ``pass_id`` was erased (its events are refused by :meth:`add`)."""
+        return await self._call(functools.partial(sql.is_erased, pass_id=pass_id), "is_erased")
+
+    async def erased(self) -> set[str]:
+        """Every pass recorded as erased (within the retention)."""
+        return await self._call(sql.erased, "erased")
+
+    async def trim_pending(self, target: str, max_pending: int, reason: str) -> int:
+        """Dead-letter the oldest pending deliveries of ``target`` beyond ``max_pending``
+        (re-drivable, with ``reason``); how many."""
+        trim = functools.partial(
+            sql.trim_pending, target=target, max_pending=max_pending, reason=reason
+        )
+        return await self._call(trim, "trim_pending", write=True)
 
     # ------------------------------------------------------------------ reads
 
@@ -311,6 +431,7 @@ class Outbox:
         *,
         exclude_cameras: Collection[str] = (),
         with_crop: bool = False,
+        with_frame: bool = False,
     ) -> list[PendingDelivery]:
         """Up to ``limit`` deliveries due now for ``target``: the oldest pending event of
         each camera (never a later one while an earlier one of that camera is pending),
@@ -321,6 +442,7 @@ class Outbox:
             limit=limit,
             excluded=tuple(exclude_cameras),
             with_crop=with_crop,
+            with_frame=with_frame,
         )
         return await self._call(query, "next_batch")
 

@@ -19,7 +19,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+#: What makes a file of an older schema the next one (streamer/ops/sqlite_file.py).
+MIGRATIONS = {
+    # 2: the vehicle picture beside the crop (the history is a consumer of the log now).
+    1: "ALTER TABLE events ADD COLUMN frame BLOB;",
+}
 
 PENDING, DELIVERED, DEAD = "pending", "delivered", "dead"
 
@@ -30,7 +35,8 @@ CREATE TABLE IF NOT EXISTS events (
     camera     TEXT    NOT NULL,
     created_at REAL    NOT NULL,
     payload    TEXT    NOT NULL,                    -- PlateEvent.to_dict(include_crop=False)
-    crop       BLOB    NOT NULL
+    crop       BLOB    NOT NULL,
+    frame      BLOB                                 -- the vehicle picture (None: not made)
 );
 CREATE TABLE IF NOT EXISTS deliveries (
     event_id        TEXT    NOT NULL REFERENCES events(event_id) ON DELETE CASCADE,
@@ -48,6 +54,12 @@ CREATE TABLE IF NOT EXISTS deliveries (
 CREATE INDEX IF NOT EXISTS deliveries_lane ON deliveries (target, state, camera, seq);
 CREATE INDEX IF NOT EXISTS deliveries_seq ON deliveries (target, seq);
 CREATE INDEX IF NOT EXISTS deliveries_delivered ON deliveries (state, delivered_at);
+-- Passes erased (by event id, never by plate: an id is no personal data): a correction or a
+-- queued version of one is not published again, and a broker's retained copy is cleared.
+CREATE TABLE IF NOT EXISTS erased (
+    event_id  TEXT PRIMARY KEY,
+    erased_at REAL NOT NULL
+);
 """
 
 
@@ -64,6 +76,8 @@ class PendingDelivery:
     payload: dict[str, Any]
     #: The crop JPEG when asked for (``with_crop=True``), else None.
     crop: bytes | None
+    #: The vehicle picture when asked for (``with_frame=True``) and made, else None.
+    frame: bytes | None = None
 
 
 @dataclass(frozen=True)
@@ -99,14 +113,18 @@ def add(
     payload: str,
     crop: bytes,
     targets: Sequence[str],
+    frame: bytes | None = None,
 ) -> bool:
     """The event and a pending delivery per target, due now; False when ``event_id``
-    was already there (nothing done)."""
+    was already there or its pass was erased (nothing done)."""
     now = time.time()
+    pass_id = event_id.split(".v", 1)[0]  # (a correction's message id: <event_id>.v<n>)
+    if conn.execute("SELECT 1 FROM erased WHERE event_id = ?", (pass_id,)).fetchone():
+        return False
     cursor = conn.execute(
-        "INSERT OR IGNORE INTO events (event_id, camera, created_at, payload, crop) "
-        "VALUES (?, ?, ?, ?, ?)",
-        (event_id, camera, now, payload, crop),
+        "INSERT OR IGNORE INTO events (event_id, camera, created_at, payload, crop, frame) "
+        "VALUES (?, ?, ?, ?, ?, ?)",
+        (event_id, camera, now, payload, crop, frame),
     )
     if cursor.rowcount == 0:
         return False
@@ -174,32 +192,82 @@ def redrive(conn: sqlite3.Connection, ids: Sequence[str] | None, target: str | N
     return count
 
 
-def prune(conn: sqlite3.Connection, delivered_older_than: float) -> int:
-    """Deliveries delivered longer ago than that forgotten, then events with no delivery
-    left; the number of events removed."""
-    cutoff = time.time() - delivered_older_than
-    conn.execute("DELETE FROM deliveries WHERE state='delivered' AND delivered_at < ?", (cutoff,))
+def prune(conn: sqlite3.Connection, delivered_older_than: float, dead_older_than: float) -> int:
+    """Deliveries delivered longer ago than ``delivered_older_than`` seconds, and dead letters
+    older than ``dead_older_than``, forgotten; then events with no delivery left, and erasure
+    records as old as the delivered ones. The number of events removed."""
+    now = time.time()
+    conn.execute(
+        "DELETE FROM deliveries WHERE state='delivered' AND delivered_at < ?",
+        (now - delivered_older_than,),
+    )
+    conn.execute(
+        "DELETE FROM deliveries WHERE state='dead' AND last_attempt_at < ?",
+        (now - dead_older_than,),
+    )
+    conn.execute("DELETE FROM erased WHERE erased_at < ?", (now - delivered_older_than,))
     return conn.execute(
         "DELETE FROM events WHERE NOT EXISTS "
         "(SELECT 1 FROM deliveries d WHERE d.event_id = events.event_id)"
     ).rowcount
 
 
-def erase_delivered(conn: sqlite3.Connection, needle: str) -> tuple[int, int]:
-    """Forget the events whose payload holds ``needle`` once every target has them
-    (deleted pages overwritten); ``(events removed, events still to deliver)``."""
+def erase_batch(conn: sqlite3.Connection, needle: str, limit: int) -> tuple[int, list[str]]:
+    """Up to ``limit`` events whose payload holds ``needle`` (a plate or a pass id, JSON-quoted)
+    deleted with every delivery of theirs, whatever its state or target (deleted pages
+    overwritten), their passes recorded as erased; ``(events removed, their pass ids)``."""
     conn.execute("PRAGMA secure_delete=ON")
-    holders = "SELECT event_id FROM events WHERE instr(payload, ?) > 0"
-    conn.execute(
-        f"DELETE FROM deliveries WHERE state = 'delivered' AND event_id IN ({holders})", (needle,)
-    )
+    rows = conn.execute(
+        "SELECT seq, json_extract(payload, '$.event_id') FROM events "
+        "WHERE instr(payload, ?) > 0 LIMIT ?",
+        (needle, limit),
+    ).fetchall()
+    if not rows:
+        return 0, []
+    seqs = json.dumps([r[0] for r in rows])
+    conn.execute("DELETE FROM deliveries WHERE seq IN (SELECT value FROM json_each(?))", (seqs,))
     removed = conn.execute(
-        f"DELETE FROM events WHERE event_id IN ({holders}) AND NOT EXISTS "
-        "(SELECT 1 FROM deliveries d WHERE d.event_id = events.event_id)",
-        (needle,),
+        "DELETE FROM events WHERE seq IN (SELECT value FROM json_each(?))", (seqs,)
     ).rowcount
-    kept = conn.execute(f"SELECT count(*) FROM ({holders})", (needle,)).fetchone()[0]
-    return removed, kept
+    passes = sorted({str(r[1]) for r in rows if r[1] is not None})
+    record_erased(conn, passes)
+    return removed, passes
+
+
+def record_erased(conn: sqlite3.Connection, pass_ids: Sequence[str]) -> None:
+    """Remember these passes as erased (now)."""
+    now = time.time()
+    conn.executemany(
+        "INSERT OR REPLACE INTO erased (event_id, erased_at) VALUES (?, ?)",
+        [(pass_id, now) for pass_id in pass_ids],
+    )
+
+
+def erased(conn: sqlite3.Connection) -> set[str]:
+    """Every pass recorded as erased."""
+    return {str(r[0]) for r in conn.execute("SELECT event_id FROM erased")}
+
+
+def is_erased(conn: sqlite3.Connection, pass_id: str) -> bool:
+    row = conn.execute("SELECT 1 FROM erased WHERE event_id = ?", (pass_id,)).fetchone()
+    return row is not None
+
+
+def trim_pending(conn: sqlite3.Connection, target: str, max_pending: int, reason: str) -> int:
+    """The oldest pending deliveries of ``target`` beyond ``max_pending`` made dead letters
+    with ``reason`` (re-drivable); how many."""
+    (count,) = conn.execute(
+        "SELECT COUNT(*) FROM deliveries WHERE target = ? AND state = 'pending'", (target,)
+    ).fetchone()
+    over = int(count) - max_pending
+    if over <= 0:
+        return 0
+    return conn.execute(
+        "UPDATE deliveries SET state='dead', last_attempt_at=?, last_error=? "
+        "WHERE target = ? AND state = 'pending' AND seq IN (SELECT seq FROM deliveries "
+        "WHERE target = ? AND state = 'pending' ORDER BY seq LIMIT ?)",
+        (time.time(), reason, target, target, over),
+    ).rowcount
 
 
 # --------------------------------------------------------------------------- reads
@@ -211,16 +279,18 @@ def next_batch(
     limit: int,
     excluded: Sequence[str],
     with_crop: bool,
+    with_frame: bool = False,
 ) -> list[PendingDelivery]:
     """The oldest pending event of each camera not ``excluded``, if due, oldest first."""
     crop = "e.crop" if with_crop else "NULL"
+    frame = "e.frame" if with_frame else "NULL"
     rows = conn.execute(
         f"""
         WITH heads AS (
             SELECT MIN(seq) AS seq FROM deliveries
             WHERE target = ? AND state = 'pending' GROUP BY camera
         )
-        SELECT d.event_id, d.camera, d.seq, e.created_at, d.attempts, e.payload, {crop}
+        SELECT d.event_id, d.camera, d.seq, e.created_at, d.attempts, e.payload, {crop}, {frame}
         FROM heads h
         JOIN deliveries d ON d.target = ? AND d.seq = h.seq
         JOIN events e ON e.seq = d.seq
@@ -231,7 +301,9 @@ def next_batch(
         """,
         (target, target, time.time(), json.dumps(tuple(excluded)), limit),
     ).fetchall()
-    return [PendingDelivery(r[0], r[1], r[2], r[3], r[4], json.loads(r[5]), r[6]) for r in rows]
+    return [
+        PendingDelivery(r[0], r[1], r[2], r[3], r[4], json.loads(r[5]), r[6], r[7]) for r in rows
+    ]
 
 
 def next_due(conn: sqlite3.Connection, target: str, excluded: Sequence[str]) -> float | None:

@@ -1,46 +1,72 @@
-"""Events leave the inference path: a bounded queue to one publisher task.
+"""Decided passes become events, committed to the event log before anything else sees them.
 
-A camera pipeline hands its decided passes to :meth:`EventPublisher.submit`,
-which never waits: the passes go into a bounded queue (``EVENT_QUEUE_SIZE``) and
-the pipeline goes back to its frames. One task, the ``events`` part of the
-supervisor, takes them in order, builds each event (its JPEG crop in a worker
-thread), counts and logs it, and gives it to every sink in turn, each within
-``SINK_TIMEOUT_S``. A sink that raises or times out is marked failing (``/readyz``
-says which, ``lpr_sink_errors_total`` counts it) and the event itself is logged
-at ERROR as JSON so that it can be replayed; the other sinks still get it. The
-webhook sink's part is the outbox commit, the moment an event is safe; its
-deliveries run on their own workers.
+A camera pipeline hands its decided passes (and corrections) to
+:meth:`EventPublisher.publish`: each becomes an event (its crop and vehicle picture
+encoded in a worker thread, after which the frame's pixels are let go) and goes into a
+queue bounded in bytes (``outbox.queue_max_mb``). One task, the ``events`` part of the
+supervisor, takes them in order and commits each to the durable event log (the outbox, in
+its own transaction: :meth:`Consumers.append`); only then is it counted, logged, shown
+(the live view's recent events, in-process observers) and read by the consumers (the
+history, stdout, the file, webhooks, MQTT: streamer/delivery/consumers.py).
 
-When the queue is full (sinks far behind for a long time) a new pass is not
-queued: it is logged at ERROR with its text and counted in
-``lpr_events_dropped_total``. Never silently.
+A commit that fails (a full disk, an I/O error, a lock held too long) is tried again with
+a capped backoff, the event kept in the queue meanwhile: never dropped. While it fails
+the service is not ready (``/readyz``: ``events``), once per episode it is logged at ERROR.
+When the queue is full a pipeline's :meth:`~EventPublisher.publish` waits for room: the
+camera's decisions wait (its frame queue drops old frames, as when inference is behind),
+counted in ``lpr_event_queue_waits_total`` and logged once per episode. The queue's depth and
+bytes are ``lpr_event_queue_depth`` and ``lpr_event_queue_bytes``.
+
+A pass of an erased plate (streamer/store/erasure.py) is not published: its id is in the
+log's erasure records, which the commit checks, or in :attr:`EventPublisher.erased` before
+that.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import logging
+import random
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from streamer.delivery.events import EventSink, PlateEvent, build_event
+from streamer.delivery.outbox import OutboxError
+from streamer.delivery.retry import backoff_delay
 from streamer.ops.metrics import Metrics
 from streamer.tracking.plate_pass import PlatePass
 
 LOG = logging.getLogger(__name__)
 
-#: Passes waiting for the publisher; beyond it a new pass is dropped (logged, counted).
-EVENT_QUEUE_SIZE = 1000
-#: The longest one sink may take to accept one event.
-SINK_TIMEOUT_S = 10.0
+#: The longest one in-process observer may take to accept one event.
+OBSERVER_TIMEOUT_S = 10.0
+#: A commit that failed is tried again after a backoff from this...
+COMMIT_RETRY_INITIAL_S = 0.5
+#: ...up to this.
+COMMIT_RETRY_MAX_S = 10.0
+#: Bytes an event is counted for beyond its pictures (its payload, the objects around it).
+EVENT_OVERHEAD_BYTES = 4096
+#: The names readiness reports the event log and its queue under.
+LOG_PART = "event log"
+QUEUE_PART = "event queue"
+
+
+class EventLog(Protocol):
+    """Where events are committed first (streamer/delivery/consumers.py)."""
+
+    async def append(self, event: PlateEvent) -> bool:
+        """Durable when this returns; False when not added (there already, or its pass
+        erased); raises :class:`OutboxError` when it cannot be stored."""
+        ...
 
 
 @dataclass
-class EventLog:
+class RecentEvents:
     """Recent event messages kept in memory for the API and tests (bounded): a pass's first
     report and its corrections, oldest first; and who watches them come (the page's live
     updates)."""
@@ -66,16 +92,16 @@ class EventLog:
         newest = {e.event_id: e for e in self.events}
         return [e for e in self.events if newest[e.event_id] is e]
 
-    def forget(self, *, plate: str | None = None, event_id: str | None = None) -> int:
+    def forget(self, *, plate: str | None = None, event_id: str | None = None) -> set[str]:
         """Drop every message of the passes that hold ``plate`` (any text of theirs) or of
-        the pass ``event_id`` (an erasure); how many passes."""
+        the pass ``event_id`` (an erasure); the passes' ids."""
         ids = {
             e.event_id
             for e in self.events
             if e.event_id == event_id or (plate is not None and plate in texts_of(e))
         }
         self.events = [e for e in self.events if e.event_id not in ids]
-        return len(ids)
+        return ids
 
     def find(self, message_id: str) -> PlateEvent | None:
         """A message by its id; a bare event id gives the pass's newest version."""
@@ -100,127 +126,274 @@ def payload_texts(payload: Mapping[str, Any]) -> set[str]:
     return texts
 
 
+def event_bytes(event: PlateEvent) -> int:
+    """What an event holds in memory, about: its pictures and a payload's worth."""
+    frame = len(event.frame_jpeg) if event.frame_jpeg is not None else 0
+    return len(event.crop_jpeg) + frame + EVENT_OVERHEAD_BYTES
+
+
+class EventQueue:
+    """Events waiting for the log, in order, bounded in bytes (see the module docstring).
+
+    Why not ``asyncio.Queue``: its bound counts items, and an item here is anything from
+    a few KiB to a MiB; the head also stays in the queue until it is committed.
+    """
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self._items: collections.deque[tuple[PlateEvent, int]] = collections.deque()
+        self._changed = asyncio.Event()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __iter__(self) -> Any:
+        return (event for event, _ in list(self._items))
+
+    def fits(self, size: int) -> bool:
+        """Whether an event of ``size`` bytes goes in now (one alone always does)."""
+        return not self._items or self.bytes + size <= self.max_bytes
+
+    async def put(self, event: PlateEvent) -> None:
+        """Add ``event`` at the end, once there is room for it."""
+        size = event_bytes(event)
+        await self._until(lambda: self.fits(size))
+        self._add(event, size)
+
+    def put_nowait(self, event: PlateEvent) -> None:
+        """Add ``event`` whatever the bound (the passes flushed from a cancelled pipeline)."""
+        self._add(event, event_bytes(event))
+
+    def _add(self, event: PlateEvent, size: int) -> None:
+        self._items.append((event, size))
+        self.bytes += size
+        self._notify()
+
+    async def head(self) -> PlateEvent:
+        """The oldest event, once there is one (it stays until :meth:`pop`)."""
+        await self._until(lambda: bool(self._items))
+        return self._items[0][0]
+
+    def pop(self, event: PlateEvent) -> None:
+        """Take ``event`` out if it is still the oldest (an erasure may have taken it)."""
+        if self._items and self._items[0][0] is event:
+            _, size = self._items.popleft()
+            self.bytes -= size
+            self._notify()
+
+    def remove(self, keep: Callable[[PlateEvent], bool]) -> list[PlateEvent]:
+        """Take out the events ``keep`` says no to (an erasure); they are returned."""
+        gone = [(e, n) for e, n in self._items if not keep(e)]
+        if gone:
+            self._items = collections.deque((e, n) for e, n in self._items if keep(e))
+            self.bytes -= sum(n for _, n in gone)
+            self._notify()
+        return [e for e, _ in gone]
+
+    def _notify(self) -> None:
+        # set() wakes every waiter of the moment; each clears it and looks again.
+        self._changed.set()
+
+    async def _until(self, condition: Callable[[], bool]) -> None:
+        while not condition():
+            self._changed.clear()
+            await self._changed.wait()
+
+    async def empty(self) -> None:
+        """Return once the queue is empty."""
+        await self._until(lambda: not self._items)
+
+
 class EventPublisher:
-    """Takes decided passes from the pipelines and gives their events to every sink."""
+    """Takes decided passes from the pipelines and commits their events to the log."""
 
     def __init__(
         self,
-        sinks: Sequence[EventSink],
         metrics: Metrics,
         *,
         jpeg_quality: int,
-        queue_size: int = EVENT_QUEUE_SIZE,
-        sink_timeout_s: float = SINK_TIMEOUT_S,
+        queue_max_bytes: int,
+        observer_timeout_s: float = OBSERVER_TIMEOUT_S,
+        rng: random.Random | None = None,
     ) -> None:
         self.metrics = metrics
-        self.sinks = list(sinks)
         self.jpeg_quality = jpeg_quality
         #: The width of each event's vehicle picture (None: none is made; the history's).
         self.frame_max_width: int | None = None
-        self.sink_timeout_s = sink_timeout_s
-        self.recent = EventLog()
+        #: Where events are committed (None: no consumer is configured; nothing durable).
+        self.log: EventLog | None = None
+        self._observers: list[EventSink] = []
+        self.observer_timeout_s = observer_timeout_s
+        self.recent = RecentEvents()
+        #: Passes erased (by id) not to publish: open ones an erasure found, until the log
+        #: has the record of them.
+        self.erased: set[str] = set()
         self.emitted = 0  # passes reported (version 1)
         self.updates = 0  # corrections (plate.updated)
         self.by_camera: Counter[str] = Counter()
-        self.dropped = 0
-        #: Sinks whose last event failed: name -> why.
+        self.dropped = 0  # never committed: left at shutdown
+        #: What fails now (the event log, an observer): name -> why (readiness).
         self.failing: dict[str, str] = {}
-        self._queue: asyncio.Queue[PlatePass] = asyncio.Queue(queue_size)
-        self._publishing = asyncio.Lock()  # held while an event goes to the sinks
+        self.queue = EventQueue(queue_max_bytes)
+        self._rng = rng or random.Random()
+        self._blocked = 0  # pipelines waiting for room now
+        self._full_since: float | None = None  # when the queue was first found full
+        self._encoding: set[asyncio.Task[None]] = set()  # flushed passes being encoded
+        self._commit_failed_at: float | None = None
 
     @property
-    def sinks(self) -> list[EventSink]:
-        """Where events go, in order."""
-        return self._sinks
+    def observers(self) -> list[EventSink]:
+        """In-process observers given each committed event (replay's collector)."""
+        return self._observers
 
-    @sinks.setter
-    def sinks(self, sinks: Sequence[EventSink]) -> None:
-        self._sinks = list(sinks)
-        self._count_sinks()
-
-    def _count_sinks(self) -> None:
-        """``lpr_sink_errors_total`` at 0 for each sink."""
-        self.metrics.known(self.metrics.sink_errors, *((sink.name,) for sink in self._sinks))
+    @observers.setter
+    def observers(self, observers: Sequence[EventSink]) -> None:
+        self._observers = list(observers)
+        self.metrics.known(self.metrics.sink_errors, *((o.name,) for o in self._observers))
 
     @property
     def healthy(self) -> bool:
-        """Every sink took the last event given to it."""
+        """Commits succeed, the queue has room and every observer took its last event."""
         return not self.failing
 
     @property
     def waiting(self) -> int:
-        return self._queue.qsize()
+        """Events waiting for the log."""
+        return len(self.queue)
+
+    # ------------------------------------------------------------------ in
+
+    async def publish(self, passes: Sequence[PlatePass]) -> None:
+        """Make ``passes`` events and queue them for the log, in order; waits while the
+        queue is full (the camera's decisions wait, none is dropped)."""
+        for plate_pass in passes:
+            event = await self._event(plate_pass)
+            if event is None:
+                continue
+            if self.queue.fits(event_bytes(event)):
+                await self.queue.put(event)
+            else:
+                self._queue_full(event.camera)
+                self._blocked += 1
+                try:
+                    await self.queue.put(event)
+                finally:
+                    self._blocked -= 1
+            self._gauges()
 
     def submit(self, passes: Sequence[PlatePass]) -> None:
-        """Queue ``passes`` for the sinks; never waits (a full queue drops, logged)."""
-        for plate_pass in passes:
-            try:
-                self._queue.put_nowait(plate_pass)
-            except asyncio.QueueFull:
-                self.dropped += 1
-                if self.metrics.counts(plate_pass.camera):
-                    self.metrics.events_dropped.labels(plate_pass.camera).inc()
-                LOG.error(
-                    "event queue full (%d waiting: the sinks are far behind): pass %s v%d, "
-                    "%s on %s, not published",
-                    self._queue.qsize(),
-                    plate_pass.event_id,
-                    plate_pass.version,
-                    plate_pass.text,
-                    plate_pass.camera,
-                )
+        """:meth:`publish` without waiting (the passes flushed from a cancelled pipeline);
+        they go in whatever the bound. :meth:`drain` waits for them."""
+        if not passes:
+            return
+
+        async def encode() -> None:
+            for plate_pass in passes:
+                event = await self._event(plate_pass)
+                if event is not None:
+                    self.queue.put_nowait(event)
+            self._gauges()
+
+        task = asyncio.get_running_loop().create_task(encode(), name="encode-flushed")
+        self._encoding.add(task)
+        task.add_done_callback(self._encoding.discard)
+
+    async def _event(self, plate_pass: PlatePass) -> PlateEvent | None:
+        """The event of ``plate_pass`` (None for an erased pass); its frame is let go."""
+        if plate_pass.event_id in self.erased:
+            LOG.info(
+                "pass %s v%d of an erased plate: not published",
+                plate_pass.event_id,
+                plate_pass.version,
+            )
+            return None
+        return await build_event(plate_pass, self.jpeg_quality, self.frame_max_width)
+
+    def _queue_full(self, camera: str) -> None:
+        """``camera``'s pipeline waits for room: counted; the episode logged once."""
+        if self.metrics.counts(camera):
+            self.metrics.event_queue_waits.labels(camera).inc()
+        why = (
+            f"full: {len(self.queue)} events ({self.queue.bytes / 2**20:.1f} MiB) wait for the "
+            "event log; the cameras' decisions wait"
+        )
+        self.failing[QUEUE_PART] = why
+        if self._full_since is None:
+            self._full_since = time.monotonic()
+            LOG.error("event queue %s (camera %s first)", why, camera)
+
+    def _room_again(self) -> None:
+        """No pipeline waits for room any more: the episode of a full queue ends."""
+        if self._full_since is not None and not self._blocked:
+            LOG.warning(
+                "event queue: room again after %.1f s; the cameras' decisions go on",
+                time.monotonic() - self._full_since,
+            )
+            self._full_since = None
+            self.failing.pop(QUEUE_PART, None)
+
+    def _gauges(self) -> None:
+        self.metrics.event_queue_depth.set(len(self.queue))
+        self.metrics.event_queue_bytes.set(self.queue.bytes)
+
+    # ------------------------------------------------------------------ the log
 
     async def run(self) -> None:
-        """Publish queued passes in order, until cancelled (the supervisor's ``events``)."""
+        """Commit queued events in order, until cancelled (the supervisor's ``events``).
+        An event leaves the queue once committed and announced: :meth:`drain` waits for it."""
         while True:
-            plate_pass = await self._queue.get()
-            try:
-                async with self._publishing:
-                    await self._publish(plate_pass)
-            finally:
-                self._queue.task_done()
+            event = await self.queue.head()
+            if await self._commit(event) and event.event_id not in self.erased:
+                await self._announce(event)  # (not if erased while it was committed)
+            self.queue.pop(event)
+            self._gauges()
+            self._room_again()
 
-    async def replace_sink(
-        self,
-        old: EventSink | None,
-        open_new: Callable[[], Awaitable[EventSink | None]],
-    ) -> EventSink | None:
-        """Close ``old`` and put the sink ``open_new()`` gives in its place (a config
-        reload); no event goes to a sink meanwhile (passes keep queueing), so none is given
-        to the old sink after it closed or missed by the new one. None: no sink (added at
-        the end when ``old`` was None)."""
-        async with self._publishing:
-            if old is not None:
-                await old.close()
-            new = await open_new()
-            at = self.sinks.index(old) if old is not None else len(self.sinks)
-            self.sinks[at : at + (old is not None)] = [new] if new is not None else []
-            self._count_sinks()
-            if old is not None:
-                self.failing.pop(old.name, None)
-            return new
-
-    async def drain(self, timeout_s: float) -> bool:
-        """Wait until every queued pass is published; False if ``timeout_s`` passed first
-        (each pass left is then logged at ERROR)."""
-        try:
-            await asyncio.wait_for(self._queue.join(), timeout_s)
-        except TimeoutError:
-            while not self._queue.empty():
-                left = self._queue.get_nowait()
-                self._queue.task_done()
-                LOG.error(
-                    "shutdown: pass %s v%d, %s on %s, not published (the sinks are behind)",
-                    left.event_id,
-                    left.version,
-                    left.text,
-                    left.camera,
-                )
+    async def _commit(self, event: PlateEvent) -> bool:
+        """Commit ``event`` to the log, tried again until it is; False when it is not to be
+        published (an erased pass, or one the log has already)."""
+        if event.event_id in self.erased:
+            LOG.info("event %s of an erased plate: not published", event.message_id)
             return False
-        return True
+        log = self.log
+        if log is None:
+            return True
+        attempts = 0
+        while True:
+            try:
+                added = await log.append(event)
+            except OutboxError as exc:
+                attempts += 1
+                self._commit_failing(exc)
+                await asyncio.sleep(
+                    backoff_delay(attempts, COMMIT_RETRY_INITIAL_S, COMMIT_RETRY_MAX_S, self._rng)
+                )
+                continue
+            break
+        if self._commit_failed_at is not None:
+            LOG.warning(
+                "event log: commits succeed again after %.1f s; %d event(s) waited",
+                time.monotonic() - self._commit_failed_at,
+                len(self.queue),
+            )
+            self._commit_failed_at = None
+            self.failing.pop(LOG_PART, None)
+        if not added:
+            LOG.info(
+                "event %s: already in the log, or its pass erased: not again", event.message_id
+            )
+        return added
 
-    async def _publish(self, plate_pass: PlatePass) -> None:
-        event = await build_event(plate_pass, self.jpeg_quality, self.frame_max_width)
+    def _commit_failing(self, exc: Exception) -> None:
+        why = f"commits fail ({exc}); {len(self.queue)} event(s) wait in memory, retrying"
+        self.failing[LOG_PART] = why[:400]
+        if self._commit_failed_at is None:
+            self._commit_failed_at = time.monotonic()
+            LOG.error("event log: %s", why)
+
+    async def _announce(self, event: PlateEvent) -> None:
+        """A committed event: counted, logged, shown, given to the observers."""
         after_s = time.monotonic() - event.first_seen_monotonic
         metrics, counted = self.metrics, self.metrics.counts(event.camera)
         if event.version == 1:
@@ -248,31 +421,67 @@ class EventPublisher:
             after_s,
         )
         self.recent.add(event)
-        for sink in self.sinks:
-            await self._give(sink, event)
+        for observer in self.observers:
+            await self._give(observer, event)
 
-    async def _give(self, sink: EventSink, event: PlateEvent) -> None:
+    async def _give(self, observer: EventSink, event: PlateEvent) -> None:
         try:
-            await asyncio.wait_for(sink.publish(event), self.sink_timeout_s)
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancel
+            # that lands as the observer returns, and the service's stop would wait forever.
+            async with asyncio.timeout(self.observer_timeout_s):
+                await observer.publish(event)
         except Exception as exc:
             why = (
-                f"no answer within {self.sink_timeout_s:g} s"
+                f"no answer within {self.observer_timeout_s:g} s"
                 if isinstance(exc, TimeoutError)
                 else f"{type(exc).__name__}: {exc}"
             )
-            self.metrics.sink_errors.labels(sink.name).inc()
-            first = sink.name not in self.failing
-            self.failing[sink.name] = why[:300]
-            # Loud, never silent: the traceback once per run of failures, and every event
-            # that a sink missed as JSON, so that it can be replayed.
+            self.metrics.sink_errors.labels(observer.name).inc()
+            first = observer.name not in self.failing
+            self.failing[observer.name] = why[:300]
             LOG.error(
-                "sink %s could not take event %s (%s): %s",
-                sink.name,
+                "observer %s could not take event %s (%s); the event is in the log",
+                observer.name,
                 event.message_id,
                 why,
-                json.dumps(event.to_dict(include_crop=False)),
                 exc_info=exc if first and not isinstance(exc, TimeoutError) else None,
             )
             return
-        if self.failing.pop(sink.name, None) is not None:
-            LOG.warning("sink %s takes events again", sink.name)
+        if self.failing.pop(observer.name, None) is not None:
+            LOG.warning("observer %s takes events again", observer.name)
+
+    # ------------------------------------------------------------------ erasure, stop
+
+    def erase(self, ids: set[str], plate: str | None) -> set[str]:
+        """Passes erased: not published from now on, and the queued events of ``plate`` (any
+        text of theirs) or of ``ids`` taken out; the ids of every pass so found."""
+        gone = self.queue.remove(
+            lambda e: e.event_id not in ids and (plate is None or plate not in texts_of(e))
+        )
+        found = ids | {e.event_id for e in gone}
+        self.erased |= found
+        self._gauges()
+        return found
+
+    async def drain(self, timeout_s: float) -> bool:
+        """Wait until every queued event is committed (and announced); False if
+        ``timeout_s`` passed first (each event left is then logged at ERROR as JSON)."""
+        try:
+            async with asyncio.timeout(timeout_s):
+                while self._encoding:
+                    await asyncio.gather(*self._encoding, return_exceptions=True)
+                await self.queue.empty()
+        except TimeoutError:
+            for event in list(self.queue):
+                self.dropped += 1
+                if self.metrics.counts(event.camera):
+                    self.metrics.events_dropped.labels(event.camera).inc()
+                LOG.error(
+                    "shutdown: event %s of %s on %s never reached the event log: %s",
+                    event.message_id,
+                    event.text,
+                    event.camera,
+                    json.dumps(event.to_dict(include_crop=False), ensure_ascii=False),
+                )
+            return False
+        return True

@@ -7,13 +7,19 @@ sends one pending delivery and classifies the answer as an :class:`Outcome`:
 * 2xx: delivered;
 * 408, 429, 5xx, a connection error or a timeout: retry (with the answer's
   ``Retry-After`` when it has one; when, is :mod:`streamer.delivery.retry`'s call);
+* 401, 403, 404 (a receiver that rejects us, often for a while: a secret or a route being
+  changed): retry with the backoff while the target has rejected for less than
+  ``retry_rejected_for_s`` (since the first such answer after its last 2xx, kept in memory),
+  then dead; 0: dead at once. :attr:`WebhookPoster.problem` says so once it is dead-lettering;
 * anything else (other 4xx, a 3xx: redirects are not followed): dead, with the reason
   ``HTTP 400: <first 200 characters of the body>``.
 
 Requests are signed per the Standard Webhooks specification (``webhook-id`` = the
 message id: the event id for a pass's first report, ``<event_id>.v<version>`` for a
 correction, so a receiver deduplicates re-sent messages; ``webhook-timestamp``;
-``webhook-signature`` = ``v1,<base64 HMAC-SHA256>``). The event is
+``webhook-signature`` = ``v1,<base64 HMAC-SHA256>``, one per secret, space-separated: the
+``secret`` first, then each of ``previous_secrets``, so that a receiver holding either accepts
+the request while the secret is rotated). The event is
 ``PlateEvent.to_dict()`` with the crop per target: ``crop_jpeg_base64``, or ``crop_url``
 (and ``frame_url``) as signed links that expire (streamer/domain/picture_links.py), or
 nothing. The body is the event in the Standard Webhooks envelope, ``{"type", "timestamp",
@@ -27,6 +33,7 @@ import base64
 import json
 import math
 import random
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -61,8 +68,13 @@ def envelope(event: dict[str, Any], decided_at: float) -> dict[str, Any]:
     return {"type": event["type"], "timestamp": moment, "data": event}
 
 
+#: Answers of a receiver that rejects the requests (retried for ``retry_rejected_for_s``).
+REJECTED = frozenset({401, 403, 404})
+
+
 def is_retryable(status: int) -> bool:
-    """Whether an HTTP answer that is not a 2xx is worth another attempt."""
+    """Whether an HTTP answer that is not a 2xx is worth another attempt, however long the
+    receiver has answered so (see :data:`REJECTED` for the answers retried for a while)."""
     return status in (408, 429) or status >= 500
 
 
@@ -71,7 +83,6 @@ class WebhookPoster:
     :class:`~streamer.delivery.deliverer.Deliverer`."""
 
     ready = True  # a receiver that is down is found out per POST, and retried
-    problem = None
     parts: tuple[str, ...] = ()
 
     def __init__(
@@ -81,6 +92,7 @@ class WebhookPoster:
         links: PictureLinks | None = None,
         *,
         frames: bool = False,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.config = config
         self.name = config.name
@@ -90,14 +102,40 @@ class WebhookPoster:
         self.metrics = metrics if metrics is not None else Metrics()
         self.links = links
         self.frames = frames
-        self._signer = Webhook(config.secret.get_secret_value())
+        self._signers = [
+            Webhook(secret.get_secret_value())
+            for secret in (config.secret, *config.previous_secrets)
+        ]
         self._session: aiohttp.ClientSession | None = None
+        self._clock = clock
+        #: When (``clock()``) the target began rejecting (its first 401, 403 or 404 since its
+        #: last 2xx), and its latest such answer; None: not rejecting.
+        self._rejecting_since: float | None = None
+        self._rejected_status = 0
 
     def __repr__(self) -> str:
         return f"WebhookPoster({self.config.name!r})"
 
     def describe(self) -> str:
         return f"webhook {self.name}"
+
+    @property
+    def problem(self) -> str | None:
+        """While the target rejects the requests (401, 403, 404 since its last 2xx) for
+        longer than ``retry_rejected_for_s``, so that its events become dead letters: since
+        when (a readiness problem); else None. Within the window, a receiver being deployed
+        or a secret being rotated, it is only retried."""
+        since = self._rejecting_since
+        if since is None:
+            return None
+        window, rejected_for = self.config.retry_rejected_for_s, self._clock() - since
+        if rejected_for < window:
+            return None
+        return (
+            f"webhook {self.name}: rejected with HTTP {self._rejected_status} for "
+            f"{rejected_for:.0f} s: its events become dead letters (retry_rejected_for_s: "
+            f"{window:g} s)"
+        )
 
     async def start(self, supervisor: Supervisor, wake: Callable[[], None]) -> None:
         """Open the HTTP session of this target (its own connection pool)."""
@@ -146,6 +184,11 @@ class WebhookPoster:
         body = event if config.payload == "bare" else envelope(event, item.created_at)
         return json.dumps(body, ensure_ascii=False, separators=(",", ":"))
 
+    def signature(self, msg_id: str, now: datetime, body: str) -> str:
+        """The ``webhook-signature`` header: ``v1,<signature>`` with ``secret``, then with each
+        of ``previous_secrets``, space-separated (Standard Webhooks)."""
+        return " ".join(signer.sign(msg_id, now, body) for signer in self._signers)
+
     async def post(self, session: aiohttp.ClientSession, item: PendingDelivery) -> Outcome:
         """One signed POST of ``item``; never raises for network trouble."""
         config = self.config
@@ -154,7 +197,7 @@ class WebhookPoster:
         headers = {
             "webhook-id": item.event_id,
             "webhook-timestamp": str(math.floor(now.timestamp())),
-            "webhook-signature": self._signer.sign(item.event_id, now, body),
+            "webhook-signature": self.signature(item.event_id, now, body),
             "content-type": "application/json",
         }
         try:
@@ -167,18 +210,36 @@ class WebhookPoster:
             ) as response:
                 status = response.status
                 if 200 <= status < 300:
+                    self._rejecting_since = None
                     return Outcome("delivered")
                 text = await _error_text(response)
                 error = f"HTTP {status}: {text}" if text else f"HTTP {status}"
                 if is_retryable(status):
                     retry_after = retry_after_seconds(response.headers.get("Retry-After"))
                     return Outcome("retry", error, retry_after)
+                if status in REJECTED:
+                    return self._rejected(status, error)
                 return Outcome("dead", error)
         except TimeoutError:
             return Outcome("retry", f"timeout: no answer within {config.timeout_s:g} s")
         except aiohttp.ClientError as exc:
             detail = redact_text(str(exc)) or "(no detail)"
             return Outcome("retry", f"{type(exc).__name__}: {detail}")
+
+    def _rejected(self, status: int, error: str) -> Outcome:
+        """A 401, 403 or 404: retried while the target has rejected for less than
+        ``retry_rejected_for_s``, then dead (at once with 0, the reason as for any 4xx)."""
+        now = self._clock()
+        if self._rejecting_since is None:
+            self._rejecting_since = now
+        self._rejected_status = status
+        window = self.config.retry_rejected_for_s
+        if now - self._rejecting_since < window:
+            return Outcome("retry", error)
+        if window == 0:
+            return Outcome("dead", error)
+        reason = f"{error} (rejected for longer than retry_rejected_for_s, {window:g} s)"
+        return Outcome("dead", reason)
 
 
 async def _error_text(response: aiohttp.ClientResponse) -> str:

@@ -3,18 +3,20 @@
 Liveness fails only when the process cannot make progress and will not recover by itself (a
 supervised part in a crash loop): an orchestrator should restart it. Readiness fails while
 no Triton endpoint is available (with several, one is enough: the others' cameras moved to
-it), the embedded one restarts or the model answers errors; while a sink or the outbox
-fails; while a supervised part waits to restart; or when no camera delivers frames. Its body
+it), the embedded one restarts or the model answers errors; while the event log cannot
+commit or its queue is full, a consumer of it lags past ``outbox.max_lag_s`` or reports a
+problem, or an observer fails (``sinks``; ``consumers`` gives each one's backlog); while a
+supervised part waits to restart; or when no camera delivers frames. Its body
 gives the reason per part.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from streamer.delivery.events import EventSink
+    from streamer.delivery.consumers import Consumers
     from streamer.delivery.publisher import EventPublisher
     from streamer.inference.embedded.watchdog import TritonWatchdog
     from streamer.inference.pool import TritonPool
@@ -50,7 +52,7 @@ def readiness(
     watchdog: TritonWatchdog | None,
     supervisor: Supervisor,
     publisher: EventPublisher,
-    sinks: Sequence[EventSink],
+    consumers: Consumers | None,
     cameras: Iterable[Camera],
     config: dict[str, object] | None = None,
     leases: dict[str, object] | None = None,
@@ -64,9 +66,8 @@ def readiness(
     parts = {name: part.to_dict() for name, part in supervisor.parts.items()}
     parts_ok = all(part["state"] != "restarting" for part in parts.values())
     failing = dict(publisher.failing)
-    for sink in sinks:
-        if not getattr(sink, "healthy", True):
-            failing.setdefault(sink.name, getattr(sink, "problem", None) or "failing")
+    if consumers is not None and not consumers.healthy:
+        failing[consumers.name] = consumers.problem or "failing"
     by_camera = {
         c.config.name: {
             "state": c.source.stats.state,
@@ -82,6 +83,7 @@ def readiness(
         "triton_endpoints": recognizer.states() if recognizer is not None else {},
         "cameras_delivering": delivering,
         "sinks": failing if failing else "ok",
+        "consumers": consumers.state() if consumers is not None else {},
         "cameras": by_camera,
         "parts": parts,
     }

@@ -92,14 +92,40 @@ class Metrics:
         )
         self.events_dropped = Counter(
             "lpr_events_dropped",
-            "Passes not published because the event queue was full (logged at ERROR).",
+            "Events never committed to the event log: still waiting for it when the service "
+            "stopped (each logged at ERROR as JSON).",
             ["camera"],
+            registry=r,
+        )
+        self.event_queue_waits = Counter(
+            "lpr_event_queue_waits",
+            "Times a camera's pipeline waited for room in the event queue (the event log "
+            "cannot commit and the queue is full): its decisions wait, none is dropped.",
+            ["camera"],
+            registry=r,
+        )
+        self.event_queue_depth = Gauge(
+            "lpr_event_queue_depth",
+            "Events waiting in memory to be committed to the event log.",
+            registry=r,
+        )
+        self.event_queue_bytes = Gauge(
+            "lpr_event_queue_bytes",
+            "Bytes of the events waiting to be committed (their pictures and payloads).",
             registry=r,
         )
         self.sink_errors = Counter(
             "lpr_sink_errors",
-            "Events a sink failed to take (raised, or no answer within the sink timeout).",
+            "Events an in-process observer failed to take (raised, or no answer within its "
+            "timeout); the durable consumers are counted per consumer.",
             ["sink"],
+            registry=r,
+        )
+        self.consumer_deliveries = Counter(
+            "lpr_consumer_deliveries",
+            "Attempts of the consumers in this process (history, stdout, file) by outcome "
+            "(delivered, retry).",
+            ["consumer", "outcome"],
             registry=r,
         )
         self.triton_errors = Counter(
@@ -141,11 +167,15 @@ class Metrics:
             registry=r,
         )
         self.outbox_depth = Gauge(
-            "lpr_outbox_depth", "Events not yet delivered, per target.", ["target"], registry=r
+            "lpr_outbox_depth",
+            "Events of the event log a consumer has not yet taken (its lag in events), per "
+            "consumer (target: history, stdout, file, a webhook target, mqtt).",
+            ["target"],
+            registry=r,
         )
         self.outbox_oldest_age = Gauge(
             "lpr_outbox_oldest_undelivered_age_seconds",
-            "Age of the oldest event not yet delivered, per target.",
+            "Age of the oldest event a consumer has not yet taken (its lag in seconds).",
             ["target"],
             registry=r,
         )

@@ -4,7 +4,7 @@ folder made, WAL, no implicit transactions, foreign keys on, the schema created 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 #: How long a statement waits for another connection's lock (another process, a CLI).
@@ -19,11 +19,15 @@ def open_wal(
     version: int,
     too_new: Callable[[int], Exception],
     pragmas: Sequence[str] = (),
+    migrations: Mapping[int, str] | None = None,
 ) -> sqlite3.Connection:
     """A connection to ``path`` in WAL mode with ``synchronous`` (``FULL``, ``NORMAL``) and
-    ``pragmas`` set, ``schema`` created and ``user_version`` set to ``version``. A file of a
-    newer schema raises ``too_new(its version)``; what SQLite refuses raises
-    ``sqlite3.Error`` (a folder that cannot be made: ``sqlite3.OperationalError``)."""
+    ``pragmas`` set, ``schema`` created and ``user_version`` set to ``version``. A file of an
+    older schema is brought up to date first by ``migrations`` (version -> the statements
+    that make a file of that version the next one; a version with none needs only
+    ``schema``). A file of a newer schema raises ``too_new(its version)``; what SQLite
+    refuses raises ``sqlite3.Error`` (a folder that cannot be made:
+    ``sqlite3.OperationalError``)."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -43,7 +47,10 @@ def open_wal(
         found = conn.execute("PRAGMA user_version").fetchone()[0]
         if found > version:
             raise too_new(found)
-        conn.executescript(f"BEGIN IMMEDIATE;{schema}PRAGMA user_version={version};COMMIT;")
+        steps = ""
+        if found and migrations:
+            steps = "".join(migrations.get(v, "") for v in range(found, version))
+        conn.executescript(f"BEGIN IMMEDIATE;{steps}{schema}PRAGMA user_version={version};COMMIT;")
     except BaseException:
         conn.close()
         raise

@@ -200,6 +200,16 @@ class Cameras(Mapping[str, Camera]):
             self.metrics.camera_removed(camera.config.name)
             del self.running[camera.config.name]
 
+    def erase(self, plate: str | None, event_id: str | None) -> tuple[int, set[str]]:
+        """An erasure: the open passes of every camera that hold ``plate`` (or are the pass
+        ``event_id``) are never reported; (how many, the ids of those already reported)."""
+        count, ids = 0, set[str]()
+        for camera in list(self.values()):
+            stopped, reported = camera.pipeline.passes.erase(plate, event_id)
+            count += stopped
+            ids |= reported
+        return count, ids
+
     def reconfigure(self, settings: Settings) -> None:
         """Give every running camera the decision rules of ``settings`` (tracker, events,
         known plates): decisions from now on follow them, open tracks keep their evidence."""

@@ -245,6 +245,30 @@ class PassDetector:
             labelled.append(TrackedPlate(plate.box, text, tid, confirmed, plate.text, decided))
         return tuple(labelled)
 
+    def erase(self, plate: str | None, event_id: str | None) -> tuple[int, set[str]]:
+        """An erasure: every open track whose readings hold ``plate`` (its text, a candidate,
+        the text reported) or that reported the pass ``event_id`` is decided for good without
+        a report (its reads are ignored until it ends), and the plate is forgotten by the
+        deduplication; (how many tracks, the ids of the passes among them reported)."""
+        stopped, ids = 0, set()
+        for tid, state in list(self._tracks.items()):
+            vote = state.vote.result()
+            texts = {vote.text, *(text for text, _ in vote.candidates)} if vote else set()
+            reported = state.reported
+            if reported is not None:
+                texts.add(reported.text)
+            if (plate is not None and plate in texts) or (
+                reported is not None and reported.event_id == event_id
+            ):
+                stopped += 1
+                if reported is not None:
+                    ids.add(reported.event_id)
+                self._finish(tid, "")
+        if plate is not None:
+            self._last_text_t.pop(plate, None)
+            self._done = {tid: ("" if text == plate else text) for tid, text in self._done.items()}
+        return stopped, ids
+
     def flush(self) -> list[PlatePass]:
         """End of stream: end every track and report (or correct) those that qualify."""
         return self._end_all("flush")

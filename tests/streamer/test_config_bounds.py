@@ -52,7 +52,6 @@ from streamer.config import MQTT_TARGET, ConfigError, Settings, load_config
 from streamer.delivery.deliverer import Outcome
 from streamer.delivery.events import PlateEvent, build_event
 from streamer.delivery.outbox import Outbox
-from streamer.delivery.outbox_sink import create_outbox_sink
 from streamer.delivery.retry import retry_delay
 from streamer.domain.frames import Frame, PlateReading
 from streamer.inference.client import InferenceError, PlateRecognizer
@@ -68,6 +67,7 @@ from streamer.tracking.plate_pass import PlatePass
 from streamer.web import WebServer
 from tests.log_records import traceback_of
 from tests.plate_passes import a_pass
+from tests.streamer.delivery.webhook_setup import open_consumers
 
 PLATE = "O567AM76"
 #: Where the embedded Triton would listen; nothing is ever sent there.
@@ -412,10 +412,10 @@ async def _deliver(settings: Settings, event: PlateEvent) -> None:
         assert math.isfinite(delay) and 0 <= delay <= target.retry_max_delay_s
         assert retry_delay(target, attempts, 1e9, rng) == target.retry_after_max_s
     metrics = Metrics()
-    sink = await create_outbox_sink(settings, metrics, poll_interval_s=0.2, close_timeout_s=1.0)
+    sink = await open_consumers(settings, metrics, poll_interval_s=0.2, close_timeout_s=1.0)
     assert sink is not None
     try:
-        await sink.publish(event)
+        await sink.append(event)
         retries = {"name": "lpr_webhook_retries_total", "labels": {"target": target.name}}
         await _until(lambda: bool(metrics.registry.get_sample_value(**retries)), 5, "a retry")
         assert await sink.outbox.state(event.message_id, target.name) == "pending"

@@ -77,8 +77,8 @@ async def test_400_is_a_dead_letter_listed_and_redriven_by_the_cli(
     metrics = Metrics()
     sink = await open_sink(config, metrics)
     try:
-        await sink.publish(rejected)
-        await sink.publish(accepted)
+        await sink.append(rejected)
+        await sink.append(accepted)
         # The dead letter does not hold up the camera's next event.
         await eventually(lambda: accepted.event_id in receiver.delivered_ids(), 10, "next event")
         assert await sink.outbox.state(rejected.event_id, "crm") == "dead"

@@ -39,7 +39,8 @@ def test_no_mqtt_section_means_no_mqtt(tmp_path: Path) -> None:
     settings = load_text(tmp_path, f"cameras:\n{CAMERA}")
     assert settings.mqtt is None and settings.delivery_targets == []
     off = load_text(tmp_path, f"cameras:\n{CAMERA}mqtt: {{host: b, enabled: false}}\n")
-    assert off.delivery_targets == [] and off.configured_targets == ["mqtt"]
+    assert off.delivery_targets == [] and off.configured_targets == ["history", "stdout", "mqtt"]
+    assert off.consumers == ["history", "stdout"]  # the log's consumers in this process
 
 
 @pytest.mark.parametrize(

@@ -58,7 +58,7 @@ async def receiver_down_then_back(tmp_path: Path, down_s: float) -> dict[str, fl
         start = time.monotonic()
         for i in range(50):
             event = make_event(("gate", "yard", "exit")[i % 3])
-            await sink.publish(event)
+            await sink.append(event)
             published.append(event)
             # Spread over the first 80 % of the outage.
             await asyncio.sleep(max(0.0, start + (i + 1) * down_s * 0.8 / 50 - time.monotonic()))
@@ -116,7 +116,7 @@ async def test_two_targets_one_down(receiver: Receiver, tmp_path: Path) -> None:
     try:
         for i in range(20):
             event = make_event(("gate", "yard")[i % 2])
-            await sink.publish(event)
+            await sink.append(event)
             sent_at[event.event_id] = time.monotonic()
             published.append(event)
             await asyncio.sleep(0.02)
@@ -150,7 +150,7 @@ async def test_redrive_through_the_sink_wakes_the_worker(
     )
     try:
         event = make_event()
-        await sink.publish(event)
+        await sink.append(event)
         await eventually(
             lambda: len(receiver.requests) == 1 and receiver.requests[0].status == 400, 10, "400"
         )

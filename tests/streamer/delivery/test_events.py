@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import base64
-import io
-import json
 import uuid
-from pathlib import Path
 
 import cv2
 import numpy as np
 
-from streamer.delivery.events import JsonLinesSink, build_event, crop_jpeg
+from streamer.delivery.events import PlateEvent, build_event, crop_jpeg
 from streamer.tracking.known_plates import Match
 from tests.plate_passes import EVENT_ID, a_pass
 
@@ -60,17 +57,12 @@ def test_crop_of_a_box_outside_the_frame_is_still_a_jpeg() -> None:
     assert jpeg[:2] == b"\xff\xd8"
 
 
-async def test_json_lines_sinks(tmp_path: Path) -> None:
-    event = await build_event(a_pass(), jpeg_quality=90)
-    path = tmp_path / "sub" / "events.jsonl"
-    to_file = JsonLinesSink(path)
-    stream = io.StringIO()
-    to_stream = JsonLinesSink(stream=stream, include_crop=False)
-    for sink in (to_file, to_stream):
-        await sink.publish(event)
-        await sink.publish(event)
-        await sink.close()
-    lines = path.read_text().splitlines()
-    assert len(lines) == 2 and json.loads(lines[0])["event_id"] == event.event_id
-    assert "crop_jpeg_base64" in json.loads(lines[0])
-    assert [json.loads(x)["text"] for x in stream.getvalue().splitlines()] == ["O567AM76"] * 2
+async def test_an_event_rebuilt_from_its_payload_is_the_same_event() -> None:
+    """What a consumer of the log rebuilds (payload, crop, vehicle picture) is the event."""
+    event = await build_event(a_pass(), jpeg_quality=90, frame_max_width=320)
+    assert event.frame_jpeg is not None
+    again = PlateEvent.from_payload(
+        event.to_dict(include_crop=False), event.crop_jpeg, event.frame_jpeg
+    )
+    assert again == event and again.to_dict() == event.to_dict()
+    assert again.frame_jpeg == event.frame_jpeg

@@ -13,12 +13,11 @@ import pytest
 
 from streamer.config import MqttConfig
 from streamer.delivery import home_assistant as ha
-from streamer.delivery.outbox_sink import create_outbox_sink
 from streamer.ops.metrics import Metrics
 from streamer.pipeline.shards import Shard, owner
 from tests.mqtt_broker import Broker, publish, retained
 from tests.streamer.delivery.test_mqtt_delivery import mqtt_settings, open_mqtt_sink
-from tests.streamer.delivery.webhook_setup import FAST
+from tests.streamer.delivery.webhook_setup import FAST, open_consumers
 from tests.webhook_receiver import eventually, make_event
 
 # Home Assistant's documented keys (https://www.home-assistant.io/integrations/sensor.mqtt/,
@@ -120,7 +119,7 @@ async def test_retained_configs_appear_and_go_with_their_camera(tmp_path: Path) 
                 check_discovery_config(topic, json.loads(held[topic]), "homeassistant")
             assert retained(broker, "lpr/status")["lpr/status"] == b"online"
 
-            await sink.publish(make_event("yard"))
+            await sink.append(make_event("yard"))
             await eventually(lambda: "lpr/yard/last" in retained(broker, "lpr/#"), 10, "last")
 
             await sink.cameras_changed(["gate", "exit", "lane"])  # a reload: -yard +lane
@@ -145,7 +144,7 @@ async def test_replicas_announce_their_own_cameras_each_with_its_own_status(
         try:
             for index in range(2):
                 settings = mqtt_settings(tmp_path / f"r{index}", broker, client_id=f"lpr-{index}")
-                sink = await create_outbox_sink(settings, Metrics(), shard=Shard(index, 2), **FAST)
+                sink = await open_consumers(settings, Metrics(), shard=Shard(index, 2), **FAST)
                 assert sink is not None
                 sinks.append(sink)
             everything = topics_of(sinks[0], "gate", "yard", "exit")

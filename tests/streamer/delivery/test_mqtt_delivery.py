@@ -22,8 +22,8 @@ import pytest
 from prometheus_client import generate_latest
 
 from streamer.config import CameraConfig, MqttConfig, OutboxConfig, Settings
+from streamer.delivery.consumers import Consumers
 from streamer.delivery.events import PlateEvent
-from streamer.delivery.outbox_sink import OutboxSink, create_outbox_sink
 from streamer.delivery.publisher import EventPublisher
 from streamer.ops import health
 from streamer.ops.metrics import Metrics
@@ -31,6 +31,7 @@ from tests.mqtt_broker import Broker, Message, Subscriber, make_test_ca, retaine
 from tests.streamer.delivery.webhook_setup import (
     FAST,
     assert_in_camera_order,
+    open_consumers,
     sample,
     settled_depth,
 )
@@ -53,8 +54,8 @@ def mqtt_settings(tmp_path: Path, broker: Broker, **mqtt: Any) -> Settings:
     )
 
 
-async def open_mqtt_sink(settings: Settings, metrics: Metrics | None = None) -> OutboxSink:
-    sink = await create_outbox_sink(settings, metrics or Metrics(), **FAST)
+async def open_mqtt_sink(settings: Settings, metrics: Metrics | None = None) -> Consumers:
+    sink = await open_consumers(settings, metrics or Metrics(), **FAST)
     assert sink is not None
     return sink
 
@@ -67,15 +68,16 @@ def seen_ids(subscriber: Subscriber) -> list[str]:
     return [m.json()["event_id"] for m in plates(subscriber)]
 
 
-def readiness(sink: OutboxSink) -> health.Report:
+def readiness(sink: Consumers) -> health.Report:
     """What ``/readyz`` says of the sink (no Triton, no camera here)."""
-    publisher = EventPublisher([sink], sink.metrics, jpeg_quality=90)
+    publisher = EventPublisher(sink.metrics, jpeg_quality=90, queue_max_bytes=2**20)
+    publisher.log = sink
     return health.readiness(
         recognizer=None,
         watchdog=None,
         supervisor=sink.supervisor,
         publisher=publisher,
-        sinks=[sink],
+        consumers=sink,
         cameras=[],
     )
 
@@ -101,7 +103,7 @@ async def test_events_go_to_their_topics_and_last_and_status_are_retained(
     published = [*events, alert, correction]
     try:
         for event in published:
-            await sink.publish(event)
+            await sink.append(event)
         await subscriber.wait_for_async(lambda m: len(plates(subscriber)) == 7, 15)
         assert sink.healthy and sink.problem is None
         assert sample(metrics, "lpr_mqtt_connected") == 1
@@ -186,7 +188,7 @@ async def test_broker_down_then_back_delivers_every_event_in_camera_order(
             start = time.monotonic()
             for i in range(50):
                 event = make_event(CAMERAS[i % 3])
-                await sink.publish(event)
+                await sink.append(event)
                 published.append(event)
                 await asyncio.sleep(
                     max(0.0, start + (i + 1) * DOWN_S * 0.8 / 50 - time.monotonic())
@@ -223,7 +225,7 @@ KILL_CHILD = textwrap.dedent(
     from tests.webhook_receiver import make_event
     from streamer.config import CameraConfig, MqttConfig, OutboxConfig, Settings
     from streamer.ops.metrics import Metrics
-    from streamer.delivery.outbox_sink import create_outbox_sink
+    from tests.streamer.delivery.webhook_setup import open_consumers
 
     async def main():
         port, db, count = int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
@@ -233,11 +235,11 @@ KILL_CHILD = textwrap.dedent(
                             retry_initial_delay_s=0.2, retry_max_delay_s=0.5),
             outbox=OutboxConfig(path=db),
         )
-        sink = await create_outbox_sink(settings, Metrics(), poll_interval_s=0.2)
+        sink = await open_consumers(settings, Metrics(), poll_interval_s=0.2)
         for batch in range(2):
             for i in range(count):
                 event = make_event(("gate", "yard", "exit")[i % 3])
-                await sink.publish(event)
+                await sink.append(event)
                 print(json.dumps({"event_id": event.event_id, "camera": event.camera}), flush=True)
             print("published", flush=True)
             await asyncio.to_thread(sys.stdin.readline)  # the test says: go on
@@ -333,7 +335,7 @@ async def test_a_refused_password_is_one_log_line_and_a_readiness_reason_then_re
         sink = await open_mqtt_sink(settings, metrics)
         try:
             event = make_event("gate")
-            await sink.publish(event)
+            await sink.append(event)
             await eventually(
                 lambda: (
                     sample(metrics, "lpr_mqtt_connection_failures_total", reason="refused") >= 3
@@ -386,7 +388,7 @@ async def test_tls_with_a_client_certificate_and_a_test_ca(tmp_path: Path) -> No
         )
         try:
             event = make_event("gate")
-            await sink.publish(event)
+            await sink.append(event)
             await subscriber.wait_for_async(lambda m: seen_ids(subscriber) == [event.event_id], 15)
             await eventually(lambda: untrusted.problem is not None, 15, "the untrusted refused")
             assert "certificate verify failed" in (untrusted.problem or "")
@@ -401,7 +403,7 @@ async def test_mqtt_3_1_1_gives_the_same_messages(broker: Broker, tmp_path: Path
     sink = await open_mqtt_sink(mqtt_settings(tmp_path, broker, protocol="3.1.1"))
     event = make_event("exit")
     try:
-        await sink.publish(event)
+        await sink.append(event)
         await subscriber.wait_for_async(lambda m: seen_ids(subscriber) == [event.event_id], 15)
         connection = sink.deliverers[0].connection  # type: ignore[attr-defined]
         assert connection.protocol == "3.1.1"
@@ -426,8 +428,8 @@ async def _erasure_then_restart(broker: Broker, tmp_path: Path) -> None:
     sink = await open_mqtt_sink(settings)
     gate, yard = make_event("gate"), make_event("yard")
     try:
-        await sink.publish(gate)
-        await sink.publish(yard)
+        await sink.append(gate)
+        await sink.append(yard)
         await eventually(lambda: len(retained(broker, "lpr/+/last")) == 2, 10, "two lasts")
         assert await sink.forget(plate=gate.text) == 1
         assert set(retained(broker, "lpr/+/last")) == {"lpr/yard/last"}

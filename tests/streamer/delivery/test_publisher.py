@@ -1,33 +1,45 @@
-"""The event publisher: pipelines never wait on sinks; a hung or failing sink is named,
-its missed events logged, the other sinks served; a full queue drops loudly."""
+"""The event publisher: every decision is committed to a real event log (the SQLite outbox)
+before anything else sees it; a commit that fails is retried, never dropped; a full queue
+holds the cameras' decisions back, loudly; an observer that hangs is named."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
-import json
 import logging
+import sqlite3
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from prometheus_client import generate_latest
 
-from streamer.delivery.events import JsonLinesSink, PlateEvent, build_event
-from streamer.delivery.publisher import EventLog, EventPublisher
+from streamer.config import OutboxConfig
+from streamer.delivery.consumers import Consumers
+from streamer.delivery.events import PlateEvent, build_event
+from streamer.delivery.jsonl_delivery import JsonLinesDeliverer
+from streamer.delivery.outbox import Outbox
+from streamer.delivery.publisher import LOG_PART, EventPublisher, RecentEvents, event_bytes
 from streamer.ops.metrics import Metrics
-from tests.log_records import traceback_of
 from tests.plate_passes import a_pass
-from tests.streamer.delivery.webhook_setup import open_sink, settings, target
-from tests.webhook_receiver import Receiver, eventually
+from tests.streamer.delivery.webhook_setup import FAST
+from tests.webhook_receiver import eventually
 
 
 class Recorder:
+    """An in-process observer that notes, for each event, whether the log had it already."""
+
     name = "recorder"
 
-    def __init__(self) -> None:
+    def __init__(self, log: Outbox | None = None) -> None:
         self.events: list[PlateEvent] = []
+        self.in_log_first: list[bool] = []
+        self.log = log
 
     async def publish(self, event: PlateEvent) -> None:
+        if self.log is not None:
+            self.in_log_first.append(await self.log.crop(event.message_id) is not None)
         self.events.append(event)
 
     async def close(self) -> None:
@@ -54,77 +66,206 @@ def _passes(n: int) -> list:
     return [dataclasses.replace(a_pass(), event_id=f"pass-{i}") for i in range(n)]
 
 
-async def test_a_hung_sink_delays_no_pipeline_and_is_named(
+@pytest.fixture
+async def consumers(tmp_path: Path) -> AsyncIterator[Consumers]:
+    """A real event log with one consumer (a JSON-lines file)."""
+    metrics = Metrics()
+    config = OutboxConfig(path=tmp_path / "outbox.sqlite3")
+    file = JsonLinesDeliverer(metrics, tmp_path / "events.jsonl")
+    opened = await Consumers.open(config, [file], metrics, **FAST)
+    try:
+        yield opened
+    finally:
+        await opened.close()
+
+
+async def _cap(outbox: Outbox) -> None:
+    """A real full database (SQLITE_FULL): no page more than it has now, and those filled."""
+
+    def fill(conn: sqlite3.Connection) -> None:
+        pages = conn.execute("PRAGMA page_count").fetchone()[0]
+        conn.execute(f"PRAGMA max_page_count={pages}")
+        # Rows of a consumer of no one's (a dead letter of "filler", never pruned here) fill
+        # what room the tables' pages have left, so that the next event does not fit.
+        for size in (2048, 256, 16):
+            with contextlib.suppress(sqlite3.OperationalError):  # full: the next size down
+                while True:
+                    seq = conn.execute(
+                        "INSERT INTO events (event_id, camera, created_at, payload, crop) "
+                        "VALUES (hex(randomblob(8)), 'filler', 0, '{}', randomblob(?))",
+                        (size,),
+                    ).lastrowid
+                    conn.execute(
+                        "INSERT INTO deliveries (event_id, target, seq, camera, state, "
+                        "next_attempt_at, last_attempt_at) SELECT event_id, 'filler', seq, "
+                        "'filler', 'dead', 0, 1e12 FROM events WHERE seq = ?",
+                        (seq,),
+                    )
+
+    await outbox._call(fill, "test")
+
+
+async def _uncap(outbox: Outbox) -> None:
+    await outbox._call(lambda c: c.execute("PRAGMA max_page_count=1073741823"), "test")
+
+
+async def test_an_event_is_in_the_log_before_anyone_sees_it(consumers: Consumers) -> None:
+    metrics = consumers.metrics
+    publisher = EventPublisher(metrics, jpeg_quality=80, queue_max_bytes=2**20)
+    publisher.log = consumers
+    recorder = Recorder(consumers.outbox)
+    publisher.observers = [recorder]
+    seen: list[bool] = []
+    publisher.recent.watch(lambda e: seen.append(True))
+    run = asyncio.create_task(publisher.run())
+    try:
+        await publisher.publish(_passes(3))
+        assert await publisher.drain(10)
+        assert [e.event_id for e in recorder.events] == ["pass-0", "pass-1", "pass-2"]
+        assert recorder.in_log_first == [True, True, True] and len(seen) == 3
+        worker = consumers.worker("file")
+        assert worker is not None
+        await eventually(lambda: worker.delivered == 3, 5, "the file")
+        assert 'lpr_events_total{camera="gate"} 3.0' in generate_latest(metrics.registry).decode()
+    finally:
+        run.cancel()
+        await asyncio.gather(run, return_exceptions=True)
+
+
+async def test_a_failing_commit_is_retried_and_nothing_is_lost(
+    consumers: Consumers, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The log's disk is full: events wait in memory, the service says so once and is not
+    ready; the pipeline is not held up while the queue has room; once there is space again,
+    every event is committed, in order, once."""
+    publisher = EventPublisher(consumers.metrics, jpeg_quality=80, queue_max_bytes=2**24)
+    publisher.log = consumers
+    recorder = Recorder()
+    publisher.observers = [recorder]
+    await _cap(consumers.outbox)
+    run = asyncio.create_task(publisher.run())
+    try:
+        with caplog.at_level(logging.ERROR, logger="streamer.delivery.publisher"):
+            await asyncio.wait_for(publisher.publish(_passes(4)), 5)  # room in memory: no wait
+            await eventually(lambda: LOG_PART in publisher.failing, 5, "the failure")
+            await asyncio.sleep(1.0)  # several retries
+        assert "database or disk is full" in publisher.failing[LOG_PART]
+        assert recorder.events == [] and publisher.waiting == 4
+        errors = [r for r in caplog.records if r.name == "streamer.delivery.publisher"]
+        assert len(errors) == 1 and "event(s) wait in memory, retrying" in errors[0].getMessage()
+        await _uncap(consumers.outbox)
+        assert await publisher.drain(15)
+        assert [e.event_id for e in recorder.events] == [f"pass-{i}" for i in range(4)]
+        assert LOG_PART not in publisher.failing and publisher.healthy
+        worker = consumers.worker("file")
+        assert worker is not None
+        await eventually(lambda: worker.delivered == 4, 10, "the file's four lines")
+    finally:
+        run.cancel()
+        await asyncio.gather(run, return_exceptions=True)
+
+
+async def test_a_full_queue_holds_the_decisions_back_loudly(
+    consumers: Consumers, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The log cannot commit and the queue is full: ``publish`` waits (the camera's
+    decisions wait; none is dropped), counted and logged once, readiness names it; the
+    frame pixels of a queued event are gone (its pictures are encoded)."""
+    metrics = consumers.metrics
+    one = await build_event(_passes(1)[0], 80)
+    publisher = EventPublisher(metrics, jpeg_quality=80, queue_max_bytes=2 * event_bytes(one))
+    publisher.log = consumers
+    await _cap(consumers.outbox)
+    run = asyncio.create_task(publisher.run())
+    try:
+        with caplog.at_level(logging.ERROR, logger="streamer.delivery.publisher"):
+            publishing = asyncio.create_task(publisher.publish(_passes(5)))
+            await eventually(lambda: "event queue" in publisher.failing, 5, "the full queue")
+            await asyncio.sleep(0.5)
+            assert not publishing.done() and publisher.waiting == 2
+        assert not publisher.healthy
+        assert sum("the cameras' decisions wait" in r.getMessage() for r in caplog.records) == 1
+        exposition = generate_latest(metrics.registry).decode()
+        assert 'lpr_event_queue_waits_total{camera="gate"} 1.0' in exposition
+        assert "lpr_event_queue_depth 2.0" in exposition
+        await _uncap(consumers.outbox)
+        await asyncio.wait_for(publishing, 15)
+        assert await publisher.drain(15)
+        assert publisher.emitted == 5 and publisher.dropped == 0
+        await eventually(lambda: publisher.healthy, 5, "the episode's end")
+    finally:
+        run.cancel()
+        await asyncio.gather(run, return_exceptions=True)
+
+
+async def test_a_hung_observer_is_named_and_the_others_are_served(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     hung, good = Hung(hang=1), Recorder()
     metrics = Metrics()
-    publisher = EventPublisher([hung, good], metrics, jpeg_quality=80, sink_timeout_s=0.2)
-    task = asyncio.create_task(publisher.run())
+    publisher = EventPublisher(
+        metrics, jpeg_quality=80, queue_max_bytes=2**20, observer_timeout_s=0.2
+    )
+    publisher.observers = [hung, good]
+    run = asyncio.create_task(publisher.run())
     try:
         with caplog.at_level(logging.ERROR, logger="streamer.delivery.publisher"):
-            publisher.submit(_passes(3))  # returns at once, whatever the sinks do
-            assert publisher.waiting == 3
+            await publisher.publish(_passes(3))
             assert await publisher.drain(10)
         assert [e.event_id for e in good.events] == ["pass-0", "pass-1", "pass-2"]
-        # The hung sink missed pass-0 (logged as JSON, to replay it), then took the rest.
         assert [e.event_id for e in hung.events] == ["pass-1", "pass-2"]
         (missed,) = [r for r in caplog.records if "could not take event" in r.getMessage()]
-        assert "sink hung could not take event pass-0 (no answer within 0.2 s)" in (
+        assert "observer hung could not take event pass-0 (no answer within 0.2 s)" in (
             missed.getMessage()
         )
-        assert json.loads(missed.getMessage().split("): ", 1)[1])["event_id"] == "pass-0"
         assert publisher.healthy  # it took the next ones
-        exposition = generate_latest(metrics.registry).decode()
-        assert 'lpr_sink_errors_total{sink="hung"} 1.0' in exposition
-        assert 'lpr_events_total{camera="gate"} 3.0' in exposition
+        assert 'lpr_sink_errors_total{sink="hung"} 1.0' in (
+            generate_latest(metrics.registry).decode()
+        )
     finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+        run.cancel()
+        await asyncio.gather(run, return_exceptions=True)
 
 
-async def test_a_failing_file_sink_makes_the_publisher_unhealthy_naming_it(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+async def test_events_left_at_shutdown_are_logged_as_json(
+    consumers: Consumers, caplog: pytest.LogCaptureFixture
 ) -> None:
-    folder = tmp_path / "events"
-    folder.mkdir()
-    blocked = folder / "events.jsonl"
-    blocked.mkdir()  # a folder where the file should be: every write fails
-    sink = JsonLinesSink(blocked)
-    publisher = EventPublisher([sink, Recorder()], Metrics(), jpeg_quality=80)
-    task = asyncio.create_task(publisher.run())
+    publisher = EventPublisher(consumers.metrics, jpeg_quality=80, queue_max_bytes=2**24)
+    publisher.log = consumers
+    await _cap(consumers.outbox)
+    run = asyncio.create_task(publisher.run())
     try:
+        await publisher.publish(_passes(2))
         with caplog.at_level(logging.ERROR, logger="streamer.delivery.publisher"):
-            publisher.submit(_passes(2))
-            assert await publisher.drain(10)
-        assert not publisher.healthy
-        assert publisher.failing[sink.name].startswith("IsADirectoryError")
-        errors = [r for r in caplog.records if "could not take event" in r.getMessage()]
-        assert len(errors) == 2  # every missed event is logged...
-        assert "Traceback" in traceback_of(errors[0]) and not traceback_of(errors[1])  # one
+            assert not await publisher.drain(0.5)
+        left = [r.getMessage() for r in caplog.records if "never reached" in r.getMessage()]
+        assert len(left) == 2 and '"event_id": "pass-0"' in left[0]
+        assert publisher.dropped == 2
     finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+        run.cancel()
+        await asyncio.gather(run, return_exceptions=True)
 
 
-async def test_a_full_queue_drops_loudly(caplog: pytest.LogCaptureFixture) -> None:
-    metrics = Metrics()
-    publisher = EventPublisher([Recorder()], metrics, jpeg_quality=80, queue_size=2)
-    with caplog.at_level(logging.ERROR, logger="streamer.delivery.publisher"):
-        publisher.submit(_passes(3))  # nobody publishes: the third does not fit
-    assert (publisher.waiting, publisher.dropped) == (2, 1)
-    assert any("event queue full" in r.getMessage() for r in caplog.records)
-    assert (
-        'lpr_events_dropped_total{camera="gate"} 1.0' in generate_latest(metrics.registry).decode()
-    )
-    # At shutdown what could not be published is said too.
-    with caplog.at_level(logging.ERROR, logger="streamer.delivery.publisher"):
-        assert not await publisher.drain(0.1)
-    assert sum("not published" in r.getMessage() for r in caplog.records) == 3
+async def test_an_erased_pass_is_not_published(consumers: Consumers) -> None:
+    """Erased while queued (by its text), or recorded as erased in the log: not committed,
+    not shown."""
+    publisher = EventPublisher(consumers.metrics, jpeg_quality=80, queue_max_bytes=2**24)
+    publisher.log = consumers
+    await consumers.outbox.record_erased(["pass-1"])
+    await publisher.publish(_passes(3))  # queued; nobody commits yet
+    found = publisher.erase(set(), "O567AM76")  # a_pass()'s text: every queued one
+    assert found == {"pass-0", "pass-1", "pass-2"} and publisher.waiting == 0
+    await publisher.publish([dataclasses.replace(a_pass(), event_id="pass-1", version=2)])
+    assert publisher.waiting == 0  # a correction of an erased pass
+    other = dataclasses.replace(a_pass(), event_id="pass-9", text="A001AA77")
+    assert await consumers.append(await build_event(other, 80))
+    assert not await consumers.append(
+        await build_event(dataclasses.replace(other, event_id="pass-1"), 80)
+    )  # the log refuses it too
 
 
-def test_the_event_log_gives_each_pass_at_its_newest_version() -> None:
-    log = EventLog(limit=10)
+def test_recent_events_give_each_pass_at_its_newest_version() -> None:
+    log = RecentEvents(limit=10)
     first, other = a_pass(), dataclasses.replace(a_pass(), event_id="other")
     corrected = dataclasses.replace(a_pass(), version=2, previous_text="C567AM76")
     for plate_pass in (first, other, corrected):
@@ -136,44 +277,3 @@ def test_the_event_log_gives_each_pass_at_its_newest_version() -> None:
     for i in range(12):  # bounded: the oldest go first
         log.add(asyncio.run(build_event(dataclasses.replace(a_pass(), event_id=f"p{i}"), 80)))
     assert len(log.events) == 10 and log.find("other") is None
-
-
-async def test_a_replaced_webhook_sink_loses_no_event(tmp_path: Path, receiver: Receiver) -> None:
-    """A reload adds a webhook target while passes keep coming: the old sink is closed and
-    the new one opened on the same outbox with the publisher paused, so every event reaches
-    the first target exactly once and the new target gets those after the swap."""
-    crm = target("crm", f"{receiver.url}/crm", receiver.secret)
-    erp = target("erp", f"{receiver.url}/erp", receiver.secret)
-    metrics = Metrics()
-    first = await open_sink(settings(tmp_path, crm), metrics)
-    publisher = EventPublisher([Recorder(), first], metrics, jpeg_quality=80)
-    run = asyncio.create_task(publisher.run())
-    passes = _passes(30)
-
-    async def feed() -> None:
-        for plate_pass in passes:
-            publisher.submit([plate_pass])
-            await asyncio.sleep(0.02)
-
-    feeding = asyncio.create_task(feed())
-    try:
-        await eventually(lambda: len(receiver.delivered_ids("/hook/crm")) >= 5, 10, "deliveries")
-        second = await publisher.replace_sink(
-            first, lambda: open_sink(settings(tmp_path, crm, erp), metrics)
-        )
-        assert second is not None and publisher.sinks[1] is second
-        await feeding
-        assert await publisher.drain(10)
-        ids = [p.event_id for p in passes]
-        await eventually(lambda: len(receiver.delivered_ids("/hook/crm")) == len(ids), 20, "all")
-        assert sorted(receiver.delivered_ids("/hook/crm")) == sorted(ids)  # once each
-        # The two targets are delivered independently: wait for the new one's last event too.
-        await eventually(lambda: ids[-1] in receiver.delivered_ids("/hook/erp"), 20, "erp")
-        after = receiver.delivered_ids("/hook/erp")
-        assert after and set(after) < set(ids) and ids[-1] in after
-        assert not publisher.failing  # the closed sink was never given an event
-        await second.close()
-    finally:
-        feeding.cancel()
-        run.cancel()
-        await asyncio.gather(feeding, run, return_exceptions=True)

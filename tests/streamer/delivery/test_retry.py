@@ -88,7 +88,7 @@ async def test_retry_policy_500_then_timeout_then_429_retry_after(
     sink = await open_sink(config, metrics)
     try:
         event = make_event()
-        await sink.publish(event)
+        await sink.append(event)
         await eventually(lambda: len(receiver.delivered()) == 1, 10, "delivery")
         assert await sink.outbox.state(event.event_id, "crm") == "delivered"
     finally:
@@ -113,7 +113,7 @@ async def test_retry_after_is_capped(receiver: Receiver, tmp_path: Path) -> None
     config = settings(tmp_path, target("crm", receiver.url, receiver.secret, retry_after_max_s=0.5))
     sink = await open_sink(config)
     try:
-        await sink.publish(make_event())
+        await sink.append(make_event())
         took = await eventually(lambda: len(receiver.delivered()) == 1, 10, "delivery")
     finally:
         await sink.close()

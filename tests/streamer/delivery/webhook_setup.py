@@ -8,10 +8,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from streamer.config import CameraConfig, OutboxConfig, Settings, WebhookTargetConfig
+from streamer.config import CameraConfig, EventsConfig, OutboxConfig, Settings, WebhookTargetConfig
+from streamer.delivery.consumers import Consumers, deliverers_of
+from streamer.delivery.deliverer import LocalDeliverer
 from streamer.delivery.events import PlateEvent
-from streamer.delivery.outbox_sink import OutboxSink, create_outbox_sink
+from streamer.domain.picture_links import PictureLinks
 from streamer.ops.metrics import Metrics
+from streamer.pipeline.shards import Shard
 
 FAST = {"poll_interval_s": 0.2, "close_timeout_s": 1.0, "outbox_error_delay_s": 0.2}
 
@@ -27,6 +30,7 @@ def settings(tmp_path: Path, *targets: WebhookTargetConfig, **outbox: Any) -> Se
     return Settings(
         cameras=[CameraConfig(name="gate", url="rtsp://cam/x")],
         webhooks=list(targets),
+        events=EventsConfig(stdout=False),
         outbox=OutboxConfig(path=tmp_path / "outbox.sqlite3", **outbox),
     )
 
@@ -36,14 +40,30 @@ def sample(metrics: Metrics, name: str, **labels: str) -> float:
     return 0.0 if value is None else value
 
 
-async def open_sink(config: Settings, metrics: Metrics | None = None, **options: Any) -> OutboxSink:
-    sink = await create_outbox_sink(config, metrics or Metrics(), **{**FAST, **options})
-    assert sink is not None
-    return sink
+async def open_consumers(
+    settings: Settings,
+    metrics: Metrics,
+    *,
+    links: PictureLinks | None = None,
+    frames: bool = False,
+    shard: Shard | None = None,
+    local: bool = False,
+    **options: Any,
+) -> Consumers:
+    """The consumers of ``settings`` on its own outbox, started: its webhook targets and MQTT
+    (with ``local``, stdout and the file too); ``options``: :class:`Consumers`'."""
+    deliverers = deliverers_of(settings, metrics, links=links, frames=frames, shard=shard)
+    if not local:
+        deliverers = [d for d in deliverers if not isinstance(d, LocalDeliverer)]
+    return await Consumers.open(settings.outbox, deliverers, metrics, **options)
+
+
+async def open_sink(config: Settings, metrics: Metrics | None = None, **options: Any) -> Consumers:
+    return await open_consumers(config, metrics or Metrics(), **{**FAST, **options})
 
 
 async def settled_depth(
-    sink: OutboxSink, metrics: Metrics, target_name: str, expected: float, within: float = 5.0
+    sink: Consumers, metrics: Metrics, target_name: str, expected: float, within: float = 5.0
 ) -> float:
     """The outbox depth of ``target_name``, read again until it is ``expected`` or ``within``
     seconds have passed: a receiver sees an event before its answer (HTTP response, MQTT

@@ -177,7 +177,7 @@ async def test_known_labels_at_0_build_info_of_a_remote_triton_and_cameras_reloa
     tmp_path: Path, triton_server: EmbeddedTriton
 ) -> None:
     """A Triton by URL: its version from its server metadata, the models' build from its
-    plate_recognition's model config (the same as build_info.json). Sinks, webhook outcomes,
+    plate_recognition's model config (the same as build_info.json). Consumers, webhook outcomes,
     MQTT outcomes and connection-failure reasons, reload outcomes and each camera's series
     exist before anything happened; a reload adds the added camera's series and removes
     every series of the removed one."""
@@ -209,7 +209,12 @@ async def test_known_labels_at_0_build_info_of_a_remote_triton_and_cameras_reloa
         for o in ("applied", "unchanged", "refused")
     }
     assert outcomes == dict.fromkeys(outcomes, 0.0)
-    assert {i["sink"] for i in _labels(first, "lpr_sink_errors_total")} == {"outbox", "store"}
+    consumers = {
+        (i["consumer"], i["outcome"]) for i in _labels(first, "lpr_consumer_deliveries_total")
+    }
+    assert consumers == {("history", "delivered"), ("history", "retry")}  # (stdout is off)
+    depth = {i["target"] for i in _labels(first, "lpr_outbox_depth")}
+    assert depth == {"history", "crm", "mqtt"}  # each consumer's lag
     webhook = {i["outcome"] for i in _labels(first, "lpr_webhook_deliveries_total")}
     assert webhook == {"delivered", "retry", "dead_letter"}
     for name in ("lpr_webhook_retries_total", "lpr_webhook_dead_letters_total"):
@@ -247,10 +252,11 @@ async def test_known_labels_at_0_build_info_of_a_remote_triton_and_cameras_reloa
 
 async def test_a_pass_of_a_removed_camera_brings_no_series_back() -> None:
     """A camera stopping flushes its open passes, published after it is gone: they reach the
-    sinks but do not bring its series back; started again, it counts from 0."""
+    observers but do not bring its series back; started again, it counts from 0."""
     metrics = Metrics()
     recorder = Recorder()
-    publisher = EventPublisher([recorder], metrics, jpeg_quality=80)
+    publisher = EventPublisher(metrics, jpeg_quality=80, queue_max_bytes=2**20)
+    publisher.observers = [recorder]
     task = asyncio.create_task(publisher.run())
     try:
         metrics.camera_started("gate")

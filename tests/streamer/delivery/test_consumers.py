@@ -25,20 +25,16 @@ from typing import Any
 import numpy as np
 import pytest
 
+from streamer.delivery.consumers import HOUSEKEEPING_PART, Consumers, deliverers_of
 from streamer.delivery.events import PlateEvent, build_event
 from streamer.delivery.outbox import Outbox, OutboxError
-from streamer.delivery.outbox_sink import (
-    HOUSEKEEPING_PART,
-    create_outbox_sink,
-    replace_outbox_sink,
-)
-from streamer.delivery.publisher import EventPublisher
 from streamer.domain.frames import Frame, FrameResult, PlateReading
 from streamer.ops.metrics import Metrics
 from streamer.pipeline.supervisor import Supervisor
 from streamer.tracking.passes import PassDetector
 from tests.log_records import traceback_of
 from tests.streamer.delivery.webhook_setup import (
+    open_consumers,
     open_sink,
     sample,
     settings,
@@ -80,7 +76,7 @@ async def test_a_pass_and_its_correction_are_two_signed_messages_of_one_event(
     sink = await open_sink(settings(tmp_path, target("crm", receiver.url, receiver.secret)))
     try:
         for plate_pass in decided:
-            await sink.publish(await build_event(plate_pass, jpeg_quality=90))
+            await sink.append(await build_event(plate_pass, jpeg_quality=90))
         await eventually(lambda: len(receiver.delivered()) == 2, within=10, what="2 delivered")
     finally:
         await sink.close()
@@ -103,7 +99,7 @@ KILL_CHILD = textwrap.dedent(
     from tests.webhook_receiver import make_event
     from streamer.config import CameraConfig, OutboxConfig, Settings, WebhookTargetConfig
     from streamer.ops.metrics import Metrics
-    from streamer.delivery.outbox_sink import create_outbox_sink
+    from tests.streamer.delivery.webhook_setup import open_consumers
 
     async def main():
         url, db, secret, count = sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
@@ -113,10 +109,10 @@ KILL_CHILD = textwrap.dedent(
                                           retry_initial_delay_s=0.2, retry_max_delay_s=0.5)],
             outbox=OutboxConfig(path=db),
         )
-        sink = await create_outbox_sink(settings, Metrics(), poll_interval_s=0.2)
+        sink = await open_consumers(settings, Metrics(), poll_interval_s=0.2)
         for i in range(count):
             event = make_event(("gate", "yard", "exit")[i % 3])
-            await sink.publish(event)
+            await sink.append(event)
             print(json.dumps({"event_id": event.event_id, "camera": event.camera}), flush=True)
         print("published", flush=True)
         await asyncio.sleep(3600)
@@ -189,7 +185,7 @@ async def test_full_disk_makes_publish_fail_loudly(receiver: Receiver, tmp_path:
         settings(tmp_path, target("crm", receiver.url, receiver.secret)), metrics
     )
     try:
-        await sink.publish(make_event())
+        await sink.append(make_event())
         assert sink.healthy
         outbox = sink.outbox
         pages = await outbox._call(lambda c: c.execute("PRAGMA page_count").fetchone()[0], "t")
@@ -197,11 +193,11 @@ async def test_full_disk_makes_publish_fail_loudly(receiver: Receiver, tmp_path:
         big = make_event()
         big = PlateEvent(**{**big.__dict__, "crop_jpeg": b"\xff" * 300_000})
         with pytest.raises(OutboxError, match="database or disk is full"):
-            await sink.publish(big)  # never a silent loss: the caller knows
+            await sink.append(big)  # never a silent loss: the caller knows
         assert not sink.healthy
         assert sample(metrics, "lpr_outbox_errors_total") >= 1
         await outbox._call(lambda c: c.execute("PRAGMA max_page_count=1073741823"), "test")
-        await sink.publish(big)
+        await sink.append(big)
         assert sink.healthy
         await eventually(lambda: big.event_id in receiver.delivered_ids(), 10, "delivery")
     finally:
@@ -220,7 +216,7 @@ async def test_delivered_events_are_pruned_after_the_retention(
     sink = await open_sink(config)
     try:
         event = make_event()
-        await sink.publish(event)
+        await sink.append(event)
         await eventually(lambda: len(receiver.delivered()) == 1, 10, "delivery")
         assert await sink.outbox.crop(event.event_id) is not None
         took = await eventually_async(lambda: sink.outbox.crop(event.event_id), 10)
@@ -244,7 +240,7 @@ async def test_close_waits_briefly_for_posts_in_flight_and_keeps_them_pending(
     config = settings(tmp_path, target("crm", receiver.url, receiver.secret, timeout_s=60))
     sink = await open_sink(config, close_timeout_s=0.3)
     event = make_event()
-    await sink.publish(event)
+    await sink.append(event)
     await eventually(lambda: len(receiver.requests) == 1, 5, "POST in flight")
     started = time.monotonic()
     await asyncio.gather(sink.close(), sink.close())  # idempotent, concurrent
@@ -252,7 +248,7 @@ async def test_close_waits_briefly_for_posts_in_flight_and_keeps_them_pending(
     await sink.close()
     assert not sink.healthy
     with pytest.raises(RuntimeError, match="closed"):
-        await sink.publish(make_event())
+        await sink.append(make_event())
     # Still pending: the next start delivers it.
     again = await open_sink(config)
     try:
@@ -263,11 +259,15 @@ async def test_close_waits_briefly_for_posts_in_flight_and_keeps_them_pending(
     assert not any(name.startswith("webhook-") for name in tasks)
 
 
-async def test_no_sink_without_enabled_targets(tmp_path: Path) -> None:
+async def test_no_consumer_without_enabled_targets(tmp_path: Path) -> None:
+    """No consumer (stdout off, no history, a disabled target): no deliverer, and a set of
+    none is refused: the service then opens no log."""
     secret = new_secret()
-    assert await create_outbox_sink(settings(tmp_path), Metrics()) is None
+    assert deliverers_of(settings(tmp_path), Metrics()) == []
     disabled = target("off", "http://127.0.0.1:9/x", secret, enabled=False)
-    assert await create_outbox_sink(settings(tmp_path, disabled), Metrics()) is None
+    assert deliverers_of(settings(tmp_path, disabled), Metrics()) == []
+    with pytest.raises(ValueError, match="at least one"):
+        await Consumers.open(settings(tmp_path).outbox, [], Metrics())
     assert not (tmp_path / "outbox.sqlite3").exists()
 
 
@@ -315,7 +315,7 @@ async def test_a_crashed_worker_is_logged_once_restarted_and_delivers_after_the_
     assert crash.getMessage().startswith("webhook:crm crashed (restart 1 in 1 s)")
     trace = traceback_of(crash)
     assert "json.decoder.JSONDecodeError" in trace and "in next_batch" in trace
-    assert [p.state for p in sink.parts.values()] == ["stopped", "stopped"]
+    assert sink.parts == {} and not supervisor.parts  # closed: its parts gone
     assert supervisor.task("webhook:crm") is None
     tasks = {t.get_name() for t in asyncio.all_tasks()}
     assert not any(name.startswith(("part-webhook", "webhook-")) for name in tasks)
@@ -324,28 +324,98 @@ async def test_a_crashed_worker_is_logged_once_restarted_and_delivers_after_the_
 async def test_a_reload_replaces_the_targets_and_their_parts(
     receiver: Receiver, tmp_path: Path
 ) -> None:
+    """Reload: an unchanged target keeps its worker (no restart), an added one starts, a
+    removed one stops and its part is gone; events committed afterwards go to the new set."""
     crm = target("crm", f"{receiver.url}/crm", receiver.secret)
     erp = target("erp", f"{receiver.url}/erp", receiver.secret)
     supervisor, metrics = Supervisor(), Metrics()
-    first = await create_outbox_sink(settings(tmp_path, crm), metrics, supervisor=supervisor)
-    assert first is not None
-    publisher = EventPublisher([first], metrics, jpeg_quality=80)
-    both = await replace_outbox_sink(
-        publisher, first, settings(tmp_path, crm, erp), settings(tmp_path, crm), metrics, supervisor
-    )
-    assert both is not None and publisher.sinks == [both] and both.targets == ("crm", "erp")
-    assert {"webhook:crm", "webhook:erp"} <= set(supervisor.parts)
-    only = await replace_outbox_sink(
-        publisher, both, settings(tmp_path, erp), settings(tmp_path, crm, erp), metrics, supervisor
-    )
-    assert only is not None and only.targets == ("erp",)
-    assert "webhook:crm" not in supervisor.parts  # a removed target is no part any more
-    assert supervisor.parts["webhook:erp"].state == "running"
-    event = make_event()
-    await only.publish(event)
-    await eventually(lambda: receiver.delivered_ids("/hook/erp") == [event.event_id], 10, "erp")
-    none = await replace_outbox_sink(
-        publisher, only, settings(tmp_path), settings(tmp_path, erp), metrics, supervisor
-    )
-    assert none is None and publisher.sinks == [] and not supervisor.parts
+    consumers = await open_consumers(settings(tmp_path, crm), metrics, supervisor=supervisor)
+    try:
+        crm_worker = consumers.worker("crm")
+        await consumers.replace(deliverers_of(settings(tmp_path, crm, erp), metrics))
+        assert consumers.targets == ("crm", "erp") and consumers.outbox.targets == ("crm", "erp")
+        assert consumers.worker("crm") is crm_worker  # unchanged: left running
+        assert {"webhook:crm", "webhook:erp"} <= set(supervisor.parts)
+        await consumers.replace(deliverers_of(settings(tmp_path, erp), metrics))
+        assert consumers.targets == ("erp",)
+        assert "webhook:crm" not in supervisor.parts  # a removed target is no part any more
+        assert supervisor.parts["webhook:erp"].state == "running"
+        event = make_event()
+        await consumers.append(event)
+        await eventually(lambda: receiver.delivered_ids("/hook/erp") == [event.event_id], 10, "erp")
+        assert receiver.delivered_ids("/hook/crm") == []
+    finally:
+        await consumers.close()
     await supervisor.stop()
+
+
+async def test_a_cancelled_reload_still_leaves_a_whole_set_running(
+    receiver: Receiver, tmp_path: Path
+) -> None:
+    """A SIGTERM cancels the reload while it swaps (the old target's delivery in flight
+    holds the swap up): the swap runs to its end anyway, and the new target delivers."""
+    crm = target("crm", f"{receiver.url}/crm", receiver.secret, timeout_s=5.0)
+    crm2 = target("crm", f"{receiver.url}/crm2", receiver.secret)
+    receiver.script.append(slow(1.0, 200))  # the old worker's POST in flight during the swap
+    supervisor, metrics = Supervisor(), Metrics()
+    consumers = await open_consumers(settings(tmp_path, crm), metrics, supervisor=supervisor)
+    try:
+        await consumers.append(make_event())
+        await eventually(lambda: len(receiver.requests) == 1, 5, "the slow POST")
+        swap = asyncio.create_task(
+            consumers.replace(deliverers_of(settings(tmp_path, crm2), metrics))
+        )
+        await asyncio.sleep(0.1)
+        swap.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await swap
+        assert consumers.targets == ("crm",)
+        poster = consumers.deliverer("crm")
+        assert poster is not None and poster.config.url.endswith("/crm2")  # the new one runs
+        assert supervisor.parts["webhook:crm"].state == "running"
+        event = make_event()
+        await consumers.append(event)
+        await eventually(lambda: event.event_id in receiver.delivered_ids("/hook/crm2"), 10, "crm2")
+    finally:
+        await consumers.close()
+    await supervisor.stop()
+
+
+async def test_a_secret_rotation_dead_letters_no_event(receiver: Receiver, tmp_path: Path) -> None:
+    """The target signs with the new secret and the old one (``previous_secrets``) while the
+    receiver switches from the old to the new mid-flow: every event is delivered, none is a
+    dead letter; and a receiver that switched before the sender did is retried, not
+    dead-lettered (401s within ``retry_rejected_for_s``)."""
+    old, new = receiver.secret, new_secret()
+    metrics = Metrics()
+    rotating = target("crm", receiver.url, new, previous_secrets=[old])
+    consumers = await open_sink(settings(tmp_path, rotating), metrics)
+    events = [make_event() for _ in range(20)]
+    try:
+        for i, event in enumerate(events):
+            if i == 10:
+                receiver.secret = new  # the receiver switches
+            await consumers.append(event)
+            await asyncio.sleep(0.05)
+        await eventually(lambda: len(receiver.delivered()) == len(events), 15, "every event")
+        assert sorted(receiver.delivered_ids()) == sorted(e.event_id for e in events)
+        assert await consumers.dead_letters() == []
+        assert not [r for r in receiver.requests if not r.verified]
+    finally:
+        await consumers.close()
+    # The receiver is ahead: only the new secret, the sender still only the old.
+    ahead = target("crm", receiver.url, old, retry_initial_delay_s=0.05, retry_max_delay_s=0.2)
+    consumers = await open_sink(settings(tmp_path, ahead), metrics)
+    late = make_event()
+    try:
+        await consumers.append(late)
+        await eventually(lambda: any(not r.verified for r in receiver.requests), 5, "a 401")
+        await asyncio.sleep(0.5)  # retried meanwhile, within retry_rejected_for_s
+        assert await consumers.dead_letters() == [] and consumers.problem is None
+        await consumers.replace(
+            deliverers_of(settings(tmp_path, target("crm", receiver.url, new)), metrics)
+        )
+        await eventually(lambda: late.event_id in receiver.delivered_ids(), 10, "the retry")
+        assert await consumers.dead_letters() == []
+    finally:
+        await consumers.close()
