@@ -100,6 +100,7 @@ bench: setup models
 	$(BIN)/python -m bench
 	$(BIN)/python -m bench.shutdown
 	$(BIN)/python -m bench.store
+	$(BIN)/python -m bench.event_log
 	$(BIN)/python -m bench.scale_out
 
 # Accuracy over labelled variants of the shared footage (a few minutes): docs/ACCURACY.md.
