@@ -1,15 +1,17 @@
 """The composition root: the service's parts, wired, started, reloaded and stopped.
 
 Start order: the ops and web servers -> Triton (embedded unless a URL is configured) ->
-the inference stream -> sinks and the events publisher -> cameras. Stop order is the
-reverse: cameras stop decoding, their pipelines finish the frames in flight (within
-``FRAMES_GRACE_S``) and flush their trackers, events reach the sinks, then the stream, then
-Triton. One frame's way: ingest/source.py (decode, sample, motion gate) ->
-ingest/frame_queue.py -> pipeline/camera.py -> inference/client.py (Triton) ->
-tracking/passes.py (tracker, evidence, vote) -> delivery/publisher.py, delivery/events.py
-(committed to the event log: delivery/outbox.py) -> delivery/consumers.py, each consumer
-reading the log at its own pace: store/history_delivery.py, delivery/jsonl_delivery.py,
-delivery/webhook_delivery.py, delivery/mqtt_delivery.py.
+the inference stream -> the history, the event log and its consumers, the events publisher
+-> cameras. Stop order is the reverse: cameras stop decoding, their pipelines finish the
+frames in flight (within ``FRAMES_GRACE_S``) and flush their trackers, events reach the log
+(and the consumers in this process catch up, ``LOCAL_CATCH_UP_S``; with ``--once`` every
+consumer), then the stream, then Triton. One frame's way: ingest/source.py (decode,
+sample, motion gate) -> ingest/frame_queue.py -> pipeline/camera.py -> inference/client.py
+(Triton) -> tracking/passes.py (tracker, evidence, vote) -> delivery/publisher.py,
+delivery/events.py (committed to the event log: delivery/outbox.py) ->
+delivery/consumers.py, each consumer reading the log at its own pace:
+store/history_delivery.py, delivery/jsonl_delivery.py, delivery/webhook_delivery.py,
+delivery/mqtt_delivery.py.
 
 Every long-lived part runs supervised (streamer/pipeline/supervisor.py): a part that
 crashes is logged with its traceback and restarted with backoff; an embedded Triton that
@@ -33,13 +35,8 @@ from typing import TYPE_CHECKING, Any, TextIO
 from prometheus_client.core import Metric
 
 from streamer.config import Settings
-from streamer.delivery.consumers import (
-    CATCH_UP_TIMEOUT_S,
-    Consumers,
-    Progress,
-    deliverers_of,
-    log_targets,
-)
+from streamer.delivery.consumer_config import deliverers_of, log_targets
+from streamer.delivery.consumers import CATCH_UP_TIMEOUT_S, Consumers, Progress
 from streamer.delivery.deliverer import Deliverer
 from streamer.delivery.events import EventSink, PlateEvent
 from streamer.delivery.outbox import Outbox, OutboxError, OutboxInUseError

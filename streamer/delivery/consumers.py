@@ -42,18 +42,16 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from streamer.config import OutboxConfig, Settings
+from streamer.config import OutboxConfig
+from streamer.delivery.backlogs import STATS_INTERVAL_S, Backlogs
+from streamer.delivery.consumer_config import opens_alone, same_consumer
 from streamer.delivery.deliverer import Deliverer, LocalDeliverer
 from streamer.delivery.delivery_worker import DeliveryWorker
 from streamer.delivery.events import PlateEvent
-from streamer.delivery.jsonl_delivery import JsonLinesDeliverer
 from streamer.delivery.mqtt_delivery import MqttDeliverer
 from streamer.delivery.outbox import Outbox, OutboxError
-from streamer.delivery.outbox_sql import DeadLetter, OutboxStats
-from streamer.delivery.webhook_delivery import WebhookPoster
-from streamer.domain.picture_links import PictureLinks
+from streamer.delivery.outbox_sql import DeadLetter
 from streamer.ops.metrics import Metrics
-from streamer.pipeline.shards import Shard
 from streamer.pipeline.supervisor import PartState, Supervisor
 
 LOG = logging.getLogger(__name__)
@@ -61,16 +59,12 @@ LOG = logging.getLogger(__name__)
 #: Seconds between two looks at the outbox when nothing wakes a worker (picks up
 #: dead letters re-driven by the CLI, which runs in another process).
 POLL_INTERVAL_S = 5.0
-#: Seconds between two updates of the lag gauges (and of the lag problems of readiness).
-STATS_INTERVAL_S = 5.0
 #: Seconds ``close()`` waits for deliveries in flight before cancelling them.
 CLOSE_TIMEOUT_S = 5.0
 #: Seconds a worker waits between tries while the outbox database is failing.
 OUTBOX_ERROR_DELAY_S = 5.0
 #: The supervised part of the housekeeping loop (a target's worker: its ``part``).
 HOUSEKEEPING_PART = "outbox:housekeeping"
-#: A backlog this share of ``outbox.max_pending`` is warned of (and a readiness problem).
-PENDING_WARN_SHARE = 0.8
 #: Seconds between two looks at the backlog while waiting for the consumers (``--once``).
 CATCH_UP_POLL_S = 0.2
 #: With ``run --once``, how long the consumers may take to catch up with the log at the end
@@ -123,7 +117,6 @@ class Consumers:
         self.poll_interval_s = poll_interval_s
         self.close_timeout_s = close_timeout_s
         self.outbox_error_delay_s = outbox_error_delay_s
-        self.stats_interval_s = stats_interval_s
         self.supervisor = supervisor if supervisor is not None else Supervisor()
         self.owns_outbox = owns_outbox
         self._rng = rng or random.Random()
@@ -132,9 +125,8 @@ class Consumers:
         self._workers: dict[str, DeliveryWorker] = {}
         #: consumer name -> the parts it runs (its worker's, its deliverer's own).
         self._parts: dict[str, list[str]] = {}
-        #: consumer name -> its backlog at the last look (housekeeping).
-        self.stats: dict[str, OutboxStats] = {}
-        self._warned: set[str] = set()  # consumers whose backlog was warned of
+        #: Each consumer's backlog, looked after (the housekeeping part).
+        self.backlogs = Backlogs(outbox, config, metrics, stats_interval_s=stats_interval_s)
         self._closing: asyncio.Task[None] | None = None
         self._swap: asyncio.Lock = asyncio.Lock()
 
@@ -278,29 +270,11 @@ class Consumers:
                 problems.append(deliverer.problem)
         return "; ".join(problems) if problems else None
 
-    def lag_problem(self, name: str) -> str | None:
-        """Why consumer ``name``'s backlog is a problem (too old, too long), or None."""
-        stats = self.stats.get(name)
-        if stats is None:
-            return None
-        config = self.config
-        if stats.depth >= PENDING_WARN_SHARE * config.max_pending:
-            return (
-                f"consumer {name}: {stats.depth} events pending, near outbox.max_pending "
-                f"({config.max_pending})"
-            )
-        if config.max_lag_s and stats.depth and stats.oldest_age_s > config.max_lag_s:
-            return (
-                f"consumer {name}: {stats.depth} events behind, the oldest "
-                f"{stats.oldest_age_s:.0f} s (outbox.max_lag_s: {config.max_lag_s:g})"
-            )
-        return None
-
     def state(self) -> dict[str, dict[str, object]]:
         """Each consumer's backlog at the last look and what it reports, for ``/readyz``."""
         report: dict[str, dict[str, object]] = {}
         for deliverer in self.deliverers:
-            stats = self.stats.get(deliverer.name)
+            stats = self.backlogs.stats.get(deliverer.name)
             report[deliverer.name] = {
                 "pending": stats.depth if stats is not None else None,
                 "oldest_pending_s": round(stats.oldest_age_s, 1) if stats is not None else None,
@@ -363,14 +337,14 @@ class Consumers:
 
     async def _replace(self, deliverers: list[Deliverer]) -> None:
         running = {d.name: d for d in self.deliverers}
-        kept = [d for d in deliverers if d.name in running and _same(running[d.name], d)]
+        kept = [d for d in deliverers if d.name in running and same_consumer(running[d.name], d)]
         kept_names = {d.name for d in kept}
         new = [d for d in deliverers if d.name not in kept_names]
         # What the new consumers open without running (HTTP sessions) opens first: a new one
         # that cannot is not swapped in, and the one it would have replaced stays.
         failed: set[str] = set()
         for deliverer in new:
-            if _opens_alone(deliverer):
+            if opens_alone(deliverer):
                 try:
                     await deliverer.start(self.supervisor, lambda: None)
                 except Exception:
@@ -451,126 +425,12 @@ class Consumers:
     # ------------------------------------------------------------------ housekeeping
 
     async def refresh_metrics(self) -> None:
-        """Each consumer's backlog: the lag gauges, and what readiness reports of it."""
-        for name in self.targets:
-            stats = await self.outbox.stats(name)
-            self.stats[name] = stats
-            self.metrics.outbox_depth.labels(name).set(stats.depth)
-            self.metrics.outbox_oldest_age.labels(name).set(stats.oldest_age_s)
+        """Each consumer's backlog now: the lag gauges, and what readiness reports of it."""
+        await self.backlogs.refresh(self.targets)
 
-    async def _bound_backlogs(self) -> None:
-        """Warn of a backlog near ``outbox.max_pending`` (once per episode); beyond it, the
-        oldest pending events of that consumer become dead letters."""
-        limit = self.config.max_pending
-        for name, stats in self.stats.items():
-            if stats.depth < PENDING_WARN_SHARE * limit:
-                if name in self._warned:
-                    self._warned.discard(name)
-                    LOG.info("consumer %s: its backlog is down to %d", name, stats.depth)
-                continue
-            if name not in self._warned:
-                self._warned.add(name)
-                LOG.warning(
-                    "consumer %s: %d events pending, near outbox.max_pending (%d): beyond it "
-                    "the oldest become dead letters",
-                    name,
-                    stats.depth,
-                    limit,
-                )
-            if stats.depth > limit:
-                reason = f"backlog over outbox.max_pending ({limit})"
-                moved = await self.outbox.trim_pending(name, limit, reason)
-                if moved:
-                    LOG.error(
-                        "consumer %s: %d oldest pending event(s) made dead letters (%s); "
-                        "re-drive them with `python -m streamer deadletters redrive`",
-                        name,
-                        moved,
-                        reason,
-                    )
+    def lag_problem(self, name: str) -> str | None:
+        """Why consumer ``name``'s backlog is a problem (too old, too long), or None."""
+        return self.backlogs.problem(name)
 
     async def _run_housekeeping(self) -> None:
-        next_prune = time.monotonic()
-        config = self.config
-        while True:
-            with contextlib.suppress(OutboxError):  # logged and counted by the outbox
-                await self.refresh_metrics()
-                await self._bound_backlogs()
-            if time.monotonic() >= next_prune:
-                next_prune = time.monotonic() + config.prune_interval_s
-                with contextlib.suppress(OutboxError):
-                    pruned = await self.outbox.prune(
-                        config.retention_s, config.dead_letter_retention_s
-                    )
-                    if pruned:
-                        LOG.info("outbox: pruned %d event(s) every consumer has", pruned)
-            wait = min(self.stats_interval_s, next_prune - time.monotonic())
-            await asyncio.sleep(max(0.0, wait))
-
-
-def _same(running: Deliverer, new: Deliverer) -> bool:
-    """Whether ``new`` is ``running`` again (same kind, same config)."""
-    if type(running) is not type(new):
-        return False
-    old_config, new_config = getattr(running, "config", None), getattr(new, "config", None)
-    if old_config is None or new_config is None:
-        return old_config is new_config and running.describe() == new.describe()
-    return bool(old_config == new_config)
-
-
-def _opens_alone(deliverer: Deliverer) -> bool:
-    """Whether ``deliverer`` can be opened while the one it replaces still runs (an HTTP
-    session can; an MQTT client cannot: the broker drops one of two with its client id)."""
-    return not isinstance(deliverer, MqttDeliverer)
-
-
-def deliverers_of(
-    settings: Settings,
-    metrics: Metrics,
-    *,
-    links: PictureLinks | None = None,
-    frames: bool = False,
-    shard: Shard | None = None,
-    history: Deliverer | None = None,
-) -> list[Deliverer]:
-    """A deliverer per consumer of ``settings``, in the order of
-    :attr:`~streamer.config.Settings.consumers`: ``history`` (the service makes it: the
-    store is its), stdout and the file, every enabled webhook target, MQTT. ``links`` signs
-    the picture links of ``crop: url`` targets and MQTT (None: plain paths, which need the
-    token); ``frames``: the history keeps vehicle pictures (a ``frame_url`` beside the
-    crop's); ``shard``: the cameras this replica runs (default: all)."""
-    deliverers: list[Deliverer] = [history] if history is not None else []
-    if settings.events.stdout:
-        deliverers.append(JsonLinesDeliverer(metrics))
-    if settings.events.file is not None:
-        deliverers.append(JsonLinesDeliverer(metrics, settings.events.file))
-    for target in settings.webhooks:
-        if target.enabled:
-            deliverers.append(WebhookPoster(target, metrics, links, frames=frames))
-            metrics.webhook_target(target.name)
-    mqtt = settings.mqtt
-    if mqtt is not None and mqtt.enabled:
-        shard = shard or Shard()
-        configured = [c.name for c in settings.enabled_cameras]
-        held = [name for name in configured if shard.holds(name)]
-        replica = shard.index if shard.sharded else None
-        deliverers.append(
-            MqttDeliverer(
-                mqtt, metrics, held, links, frames=frames, configured=configured, replica=replica
-            )
-        )
-    return deliverers
-
-
-def log_targets(deliverers: Iterable[Deliverer]) -> None:
-    """One line per webhook target: where it delivers (the URL redacted)."""
-    for deliverer in deliverers:
-        if isinstance(deliverer, WebhookPoster):
-            config = deliverer.config
-            LOG.info(
-                "webhook %s: delivering to %s (crop: %s, up to %d in flight)",
-                config.name,
-                config.redacted_url,
-                config.crop,
-                config.max_concurrency,
-            )
+        await self.backlogs.run(lambda: self.targets)

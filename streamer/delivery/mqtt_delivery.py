@@ -49,7 +49,7 @@ from streamer.delivery.mqtt_connection import (
     MqttUnavailableError,
 )
 from streamer.delivery.outbox_sql import PendingDelivery
-from streamer.delivery.publisher import payload_texts
+from streamer.delivery.recent_events import payload_texts
 from streamer.delivery.retry import backoff_delay
 from streamer.domain.picture_links import PictureLinks, picture_urls
 from streamer.ops.metrics import Metrics

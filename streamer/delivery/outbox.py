@@ -17,7 +17,7 @@ One SQLite file in WAL mode holds three tables:
   is one indexed query;
 * ``erased``: the passes an erasure took out, by id (streamer/store/erasure.py).
 
-One process owns the file (:func:`take_ownership`, a lock on ``<file>.lock``): a second
+One process owns the file (streamer/ops/file_owner.py: a lock on ``<file>.lock``): a second
 service on the same outbox refuses to start; the CLI reads and re-drives beside it.
 
 :meth:`Outbox.add` is the durability point: it returns once the event and a
@@ -46,12 +46,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import functools
 import json
 import logging
 import os
-import socket
 import sqlite3
 from collections.abc import Callable, Collection, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -68,6 +66,7 @@ from streamer.delivery.outbox_sql import (
     OutboxStats,
     PendingDelivery,
 )
+from streamer.ops.file_owner import FileInUseError, lock_path, take_ownership
 from streamer.ops.metrics import Metrics
 from streamer.ops.sqlite_file import open_wal
 
@@ -95,35 +94,6 @@ class OutboxError(Exception):
 
 class OutboxInUseError(OutboxError):
     """Another process owns the outbox (its lock file is held)."""
-
-
-def lock_path(path: Path) -> Path:
-    """The file whose lock says which process owns the outbox at ``path``."""
-    return path.with_name(path.name + ".lock")
-
-
-def take_ownership(path: Path) -> int:
-    """Lock ``path``'s lock file for this process (``flock``, freed when the process dies,
-    however it dies) and write its pid and host in it; the file descriptor to close at the
-    end. Raises :class:`OutboxInUseError` naming the holder when another process has it."""
-    lock = lock_path(path)
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "unknown"
-        os.close(fd)
-        raise OutboxInUseError(
-            f"outbox {path} is in use by another service ({holder}): one service per outbox; "
-            "give each its own outbox.path"
-        ) from None
-    except OSError:
-        os.close(fd)
-        raise
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
-    return fd
 
 
 class Outbox:
@@ -227,8 +197,11 @@ class Outbox:
         loop = asyncio.get_running_loop()
         try:
             self._lock_fd = await loop.run_in_executor(self._executor, take_ownership, self.path)
-        except OutboxInUseError:
-            raise
+        except FileInUseError as exc:
+            raise OutboxInUseError(
+                f"outbox {self.path} is in use by another service ({exc.holder}): one service "
+                "per outbox; give each its own outbox.path"
+            ) from None
         except OSError as exc:
             raise OutboxError(f"cannot lock {lock_path(self.path)}: {exc}") from exc
 

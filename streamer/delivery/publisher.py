@@ -25,18 +25,18 @@ that.
 from __future__ import annotations
 
 import asyncio
-import collections
 import json
 import logging
 import random
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from collections.abc import Sequence
+from typing import Protocol
 
+from streamer.delivery.event_queue import EventQueue, event_bytes
 from streamer.delivery.events import EventSink, PlateEvent, build_event
 from streamer.delivery.outbox import OutboxError
+from streamer.delivery.recent_events import RecentEvents, texts_of
 from streamer.delivery.retry import backoff_delay
 from streamer.ops.metrics import Metrics
 from streamer.tracking.plate_pass import PlatePass
@@ -49,8 +49,6 @@ OBSERVER_TIMEOUT_S = 10.0
 COMMIT_RETRY_INITIAL_S = 0.5
 #: ...up to this.
 COMMIT_RETRY_MAX_S = 10.0
-#: Bytes an event is counted for beyond its pictures (its payload, the objects around it).
-EVENT_OVERHEAD_BYTES = 4096
 #: The names readiness reports the event log and its queue under.
 LOG_PART = "event log"
 QUEUE_PART = "event queue"
@@ -63,146 +61,6 @@ class EventLog(Protocol):
         """Durable when this returns; False when not added (there already, or its pass
         erased); raises :class:`OutboxError` when it cannot be stored."""
         ...
-
-
-@dataclass
-class RecentEvents:
-    """Recent event messages kept in memory for the API and tests (bounded): a pass's first
-    report and its corrections, oldest first; and who watches them come (the page's live
-    updates)."""
-
-    limit: int = 200
-    events: list[PlateEvent] = field(default_factory=list)
-    #: Called with each new message, on the event loop; they must not block or raise.
-    watchers: list[Callable[[PlateEvent], None]] = field(default_factory=list)
-
-    def add(self, event: PlateEvent) -> None:
-        self.events.append(event)
-        del self.events[: -self.limit]
-        for watcher in list(self.watchers):
-            watcher(event)
-
-    def watch(self, watcher: Callable[[PlateEvent], None]) -> Callable[[], None]:
-        """Call ``watcher`` with every new message until the returned function is called."""
-        self.watchers.append(watcher)
-        return lambda: self.watchers.remove(watcher) if watcher in self.watchers else None
-
-    def latest(self) -> list[PlateEvent]:
-        """The newest version of each pass, ordered by when that version came."""
-        newest = {e.event_id: e for e in self.events}
-        return [e for e in self.events if newest[e.event_id] is e]
-
-    def forget(self, *, plate: str | None = None, event_id: str | None = None) -> set[str]:
-        """Drop every message of the passes that hold ``plate`` (any text of theirs) or of
-        the pass ``event_id`` (an erasure); the passes' ids."""
-        ids = {
-            e.event_id
-            for e in self.events
-            if e.event_id == event_id or (plate is not None and plate in texts_of(e))
-        }
-        self.events = [e for e in self.events if e.event_id not in ids]
-        return ids
-
-    def find(self, message_id: str) -> PlateEvent | None:
-        """A message by its id; a bare event id gives the pass's newest version."""
-        return next(
-            (e for e in reversed(self.events) if message_id in (e.message_id, e.event_id)), None
-        )
-
-
-def texts_of(event: PlateEvent) -> set[str]:
-    """Every plate text an event holds: its own, its candidates', the voted and the replaced
-    texts, the known plate it matched."""
-    return payload_texts(event.to_dict(include_crop=False))
-
-
-def payload_texts(payload: Mapping[str, Any]) -> set[str]:
-    """:func:`texts_of` an event's payload (as sinks got it)."""
-    texts = {str(payload.get("text")), *(str(c.get("text")) for c in payload.get("candidates", ()))}
-    texts.update(str(payload[key]) for key in ("previous_text", "voted_text") if key in payload)
-    match = payload.get("match")
-    if isinstance(match, Mapping) and match.get("plate") is not None:
-        texts.add(str(match["plate"]))
-    return texts
-
-
-def event_bytes(event: PlateEvent) -> int:
-    """What an event holds in memory, about: its pictures and a payload's worth."""
-    frame = len(event.frame_jpeg) if event.frame_jpeg is not None else 0
-    return len(event.crop_jpeg) + frame + EVENT_OVERHEAD_BYTES
-
-
-class EventQueue:
-    """Events waiting for the log, in order, bounded in bytes (see the module docstring).
-
-    Why not ``asyncio.Queue``: its bound counts items, and an item here is anything from
-    a few KiB to a MiB; the head also stays in the queue until it is committed.
-    """
-
-    def __init__(self, max_bytes: int) -> None:
-        self.max_bytes = max_bytes
-        self.bytes = 0
-        self._items: collections.deque[tuple[PlateEvent, int]] = collections.deque()
-        self._changed = asyncio.Event()
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def __iter__(self) -> Any:
-        return (event for event, _ in list(self._items))
-
-    def fits(self, size: int) -> bool:
-        """Whether an event of ``size`` bytes goes in now (one alone always does)."""
-        return not self._items or self.bytes + size <= self.max_bytes
-
-    async def put(self, event: PlateEvent) -> None:
-        """Add ``event`` at the end, once there is room for it."""
-        size = event_bytes(event)
-        await self._until(lambda: self.fits(size))
-        self._add(event, size)
-
-    def put_nowait(self, event: PlateEvent) -> None:
-        """Add ``event`` whatever the bound (the passes flushed from a cancelled pipeline)."""
-        self._add(event, event_bytes(event))
-
-    def _add(self, event: PlateEvent, size: int) -> None:
-        self._items.append((event, size))
-        self.bytes += size
-        self._notify()
-
-    async def head(self) -> PlateEvent:
-        """The oldest event, once there is one (it stays until :meth:`pop`)."""
-        await self._until(lambda: bool(self._items))
-        return self._items[0][0]
-
-    def pop(self, event: PlateEvent) -> None:
-        """Take ``event`` out if it is still the oldest (an erasure may have taken it)."""
-        if self._items and self._items[0][0] is event:
-            _, size = self._items.popleft()
-            self.bytes -= size
-            self._notify()
-
-    def remove(self, keep: Callable[[PlateEvent], bool]) -> list[PlateEvent]:
-        """Take out the events ``keep`` says no to (an erasure); they are returned."""
-        gone = [(e, n) for e, n in self._items if not keep(e)]
-        if gone:
-            self._items = collections.deque((e, n) for e, n in self._items if keep(e))
-            self.bytes -= sum(n for _, n in gone)
-            self._notify()
-        return [e for e, _ in gone]
-
-    def _notify(self) -> None:
-        # set() wakes every waiter of the moment; each clears it and looks again.
-        self._changed.set()
-
-    async def _until(self, condition: Callable[[], bool]) -> None:
-        while not condition():
-            self._changed.clear()
-            await self._changed.wait()
-
-    async def empty(self) -> None:
-        """Return once the queue is empty."""
-        await self._until(lambda: not self._items)
 
 
 class EventPublisher:

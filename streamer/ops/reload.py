@@ -7,9 +7,10 @@
   dropped frame, no reconnect);
 - the decision rules (``tracker``, ``events`` but its sinks, ``known_plates``) apply to every
   running camera at once, open tracks keeping their evidence;
-- ``webhooks``, ``mqtt``: the outbox sink is closed and opened again with the new targets,
-  the events publisher paused meanwhile (no event is lost: what the old workers had not
-  delivered stays in the outbox for the new ones); MQTT's Home Assistant discovery follows
+- ``webhooks``, ``mqtt``: the event log's consumers are swapped in place
+  (streamer/delivery/consumers.py, ``Consumers.replace``): an unchanged target runs on, a
+  new or changed one opens before the one it replaces stops (no event is lost: what a
+  stopped one had not delivered stays in the log); MQTT's Home Assistant discovery follows
   the cameras added and removed;
 - keys that need a restart (``triton``, ``web``, ``metrics``, ``log``, ``outbox``, ``storage``,
   ``events.stdout``, ``events.file``) are reported and keep their running values.
@@ -40,7 +41,7 @@ LOG = logging.getLogger(__name__)
 RESTART_SECTIONS = ("triton", "web", "metrics", "log", "outbox", "storage")
 #: Keys of ``events`` that pick the sinks (made at start): they need a restart too.
 RESTART_EVENT_KEYS = ("stdout", "file")
-#: Sections of the delivery targets: a change reopens the outbox sink.
+#: Sections of the delivery targets: a change swaps the event log's consumers.
 DELIVERY_SECTIONS = ("webhooks", "mqtt")
 #: Sections that set the decision rules of every camera, applied to running cameras.
 RULE_SECTIONS = ("tracker", "events", "known_plates")

@@ -36,7 +36,8 @@ from streamer.delivery.outbox import Outbox
 from streamer.store.base import EventStore, normalise_plate
 
 if TYPE_CHECKING:
-    from streamer.delivery.publisher import EventPublisher, RecentEvents
+    from streamer.delivery.publisher import EventPublisher
+    from streamer.delivery.recent_events import RecentEvents
 
 LOG = logging.getLogger(__name__)
 

@@ -25,7 +25,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from streamer.delivery.consumers import HOUSEKEEPING_PART, Consumers, deliverers_of
+from streamer.delivery.consumer_config import deliverers_of
+from streamer.delivery.consumers import HOUSEKEEPING_PART, Consumers
 from streamer.delivery.events import PlateEvent, build_event
 from streamer.delivery.outbox import Outbox, OutboxError
 from streamer.domain.frames import Frame, FrameResult, PlateReading

@@ -17,10 +17,11 @@ from prometheus_client import generate_latest
 
 from streamer.config import OutboxConfig
 from streamer.delivery.consumers import Consumers
+from streamer.delivery.event_queue import event_bytes
 from streamer.delivery.events import PlateEvent, build_event
 from streamer.delivery.jsonl_delivery import JsonLinesDeliverer
 from streamer.delivery.outbox import Outbox
-from streamer.delivery.publisher import LOG_PART, EventPublisher, RecentEvents, event_bytes
+from streamer.delivery.publisher import LOG_PART, EventPublisher
 from streamer.ops.metrics import Metrics
 from tests.plate_passes import a_pass
 from tests.streamer.delivery.webhook_setup import FAST
@@ -262,18 +263,3 @@ async def test_an_erased_pass_is_not_published(consumers: Consumers) -> None:
     assert not await consumers.append(
         await build_event(dataclasses.replace(other, event_id="pass-1"), 80)
     )  # the log refuses it too
-
-
-def test_recent_events_give_each_pass_at_its_newest_version() -> None:
-    log = RecentEvents(limit=10)
-    first, other = a_pass(), dataclasses.replace(a_pass(), event_id="other")
-    corrected = dataclasses.replace(a_pass(), version=2, previous_text="C567AM76")
-    for plate_pass in (first, other, corrected):
-        log.add(asyncio.run(build_event(plate_pass, 80)))
-    assert [(e.event_id, e.version) for e in log.latest()] == [("other", 1), (first.event_id, 2)]
-    assert log.find(first.event_id).version == 2  # type: ignore[union-attr]  # a bare id: newest
-    assert log.find(f"{first.event_id}.v2").version == 2  # type: ignore[union-attr]
-    assert log.find("nobody") is None
-    for i in range(12):  # bounded: the oldest go first
-        log.add(asyncio.run(build_event(dataclasses.replace(a_pass(), event_id=f"p{i}"), 80)))
-    assert len(log.events) == 10 and log.find("other") is None

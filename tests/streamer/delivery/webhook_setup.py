@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from streamer.config import CameraConfig, EventsConfig, OutboxConfig, Settings, WebhookTargetConfig
-from streamer.delivery.consumers import Consumers, deliverers_of
+from streamer.delivery.consumer_config import deliverers_of
+from streamer.delivery.consumers import Consumers
 from streamer.delivery.deliverer import LocalDeliverer
 from streamer.delivery.events import PlateEvent
 from streamer.domain.picture_links import PictureLinks

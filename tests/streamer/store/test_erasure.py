@@ -13,7 +13,7 @@ import pytest
 
 from streamer.delivery.events import PlateEvent, build_event
 from streamer.delivery.outbox import Outbox
-from streamer.delivery.publisher import RecentEvents
+from streamer.delivery.recent_events import RecentEvents
 from streamer.store import erasure
 from streamer.store.base import EventQuery
 from streamer.store.sqlite import SQLiteEventStore
