@@ -1,10 +1,11 @@
-"""Shared fixtures: real embedded Tritons on the project's model repositories."""
+"""Shared fixtures: real embedded Tritons on the project's model repositories, a real
+PostgreSQL server, a real webhook receiver."""
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from converters.cli import main as converters_main
 from converters.paths import MODEL_REPOSITORY
 from streamer.inference.embedded.server import EmbeddedTriton
 from tests.postgres_server import PostgresServer
+from tests.webhook_receiver import Receiver, new_secret
 
 
 def _built_info() -> dict[str, object]:
@@ -147,3 +149,13 @@ def openvino_server(
         yield request.getfixturevalue("repository_server")
     else:
         yield from _serve(openvino_repository)
+
+
+@pytest.fixture
+async def receiver() -> AsyncIterator[Receiver]:
+    """A webhook receiver on 127.0.0.1 (tests/webhook_receiver.py) with a new secret."""
+    rx = await Receiver(new_secret()).start()
+    try:
+        yield rx
+    finally:
+        await rx.stop()

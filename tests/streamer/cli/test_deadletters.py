@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import textwrap
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -26,17 +25,7 @@ from tests.webhook_receiver import (
     answer,
     eventually,
     make_event,
-    new_secret,
 )
-
-
-@pytest.fixture
-async def receiver() -> AsyncIterator[Receiver]:
-    rx = await Receiver(new_secret()).start()
-    try:
-        yield rx
-    finally:
-        await rx.stop()
 
 
 async def test_400_is_a_dead_letter_listed_and_redriven_by_the_cli(

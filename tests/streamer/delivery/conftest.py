@@ -1,4 +1,5 @@
-"""Fixtures of the delivery tests: an outbox with two targets, a webhook receiver."""
+"""Fixtures of the delivery tests: an outbox with two targets (the webhook receiver is
+tests/conftest.py's)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ import pytest
 
 from streamer.delivery.outbox import Outbox
 from streamer.ops.metrics import Metrics
-from tests.webhook_receiver import Receiver, new_secret
 
 
 @pytest.fixture
@@ -19,12 +19,3 @@ async def outbox(tmp_path: Path) -> AsyncIterator[Outbox]:
         yield box
     finally:
         await box.close()
-
-
-@pytest.fixture
-async def receiver() -> AsyncIterator[Receiver]:
-    rx = await Receiver(new_secret()).start()
-    try:
-        yield rx
-    finally:
-        await rx.stop()

@@ -12,7 +12,6 @@ import os
 import sqlite3
 import sys
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -42,15 +41,6 @@ print("locked", flush=True)
 time.sleep(float(sys.argv[2]))
 db.execute("ROLLBACK")
 """
-
-
-@pytest.fixture
-async def receiver() -> AsyncIterator[Receiver]:
-    rx = await Receiver(new_secret()).start()
-    try:
-        yield rx
-    finally:
-        await rx.stop()
 
 
 async def test_a_locked_sqlite_history_delays_only_itself(
