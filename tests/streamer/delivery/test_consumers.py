@@ -420,3 +420,41 @@ async def test_a_secret_rotation_dead_letters_no_event(receiver: Receiver, tmp_p
         assert await consumers.dead_letters() == []
     finally:
         await consumers.close()
+
+
+async def test_a_consumer_that_lags_or_piles_up_is_named_by_readiness(
+    receiver: Receiver, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A receiver down: past ``outbox.max_lag_s`` the set is not healthy and its problem
+    names the consumer; past ``outbox.max_pending`` (warned at 80 %) the oldest pending
+    events become dead letters, re-drivable; back up, all is delivered and healthy."""
+    receiver.default = answer(503, "down")
+    config = settings(
+        tmp_path, target("rx", receiver.url, receiver.secret), max_lag_s=0.5, max_pending=5
+    )
+    consumers = await open_sink(config, stats_interval_s=0.1)
+    events = [make_event() for _ in range(7)]
+    try:
+        with caplog.at_level(logging.WARNING, logger="streamer.delivery.backlogs"):
+            for event in events:
+                await consumers.append(event)
+            await eventually(lambda: not consumers.healthy, 5, "the lag problem")
+
+            def backlog() -> list[str]:
+                return [
+                    r.getMessage() for r in caplog.records if r.name == "streamer.delivery.backlogs"
+                ]
+
+            await eventually(lambda: len(backlog()) >= 2, 5, "the warning and the trim")
+        assert "consumer rx:" in (consumers.problem or "")
+        messages = backlog()
+        assert "near outbox.max_pending (5)" in messages[0]
+        assert "2 oldest pending event(s) made dead letters" in messages[1]
+        dead = await consumers.dead_letters("rx")
+        assert [d.event_id for d in dead] == [e.event_id for e in events[:2]]
+        receiver.default = answer(204)
+        assert await consumers.redrive() == 2
+        await eventually(lambda: len(set(receiver.delivered_ids())) == 7, 15, "every event")
+        await eventually(lambda: consumers.healthy, 5, "healthy again")
+    finally:
+        await consumers.close()

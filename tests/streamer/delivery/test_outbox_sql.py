@@ -5,6 +5,8 @@ state across a reopening and targets no longer configured."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import sqlite3
 import time
 from pathlib import Path
 
@@ -134,3 +136,77 @@ async def test_state_survives_reopening_and_new_targets_start_empty(tmp_path: Pa
         assert await box.orphaned_targets() == {"a": 2}
     finally:
         await box.close()
+
+
+async def test_dead_letters_are_pruned_after_their_own_retention(outbox: Outbox) -> None:
+    dead = make_event()
+    await outbox.add(dead)
+    for target in ("a", "b"):
+        await outbox.mark_dead(dead.event_id, target, "HTTP 400")
+    assert await outbox.prune(delivered_older_than=0, dead_older_than=3600) == 0
+    await asyncio.sleep(0.05)
+    assert await outbox.prune(delivered_older_than=3600, dead_older_than=0.01) == 1
+    assert await outbox.dead_letters() == [] and await outbox.crop(dead.event_id) is None
+
+
+async def test_a_backlog_over_its_bound_becomes_dead_letters_oldest_first(outbox: Outbox) -> None:
+    events = [make_event() for _ in range(5)]
+    for event in events:
+        await outbox.add(event)
+    assert await outbox.trim_pending("a", 3, "backlog over outbox.max_pending (3)") == 2
+    dead = await outbox.dead_letters("a")
+    assert [d.event_id for d in dead] == [e.event_id for e in events[:2]]
+    assert dead[0].reason == "backlog over outbox.max_pending (3)"
+    assert (await outbox.stats("a")).depth == 3 and (await outbox.stats("b")).depth == 5
+    assert await outbox.trim_pending("a", 3, "again") == 0
+
+
+def _v1_outbox(path: Path, event_id: str) -> None:
+    """An outbox file as version 1 of the schema wrote it, with one event pending for ``a``
+    (the CREATE statements are version 1's, verbatim)."""
+    with sqlite3.connect(path) as db:
+        db.executescript(
+            """
+            PRAGMA journal_mode=WAL;
+            CREATE TABLE events (
+                seq INTEGER PRIMARY KEY AUTOINCREMENT, event_id TEXT NOT NULL UNIQUE,
+                camera TEXT NOT NULL, created_at REAL NOT NULL, payload TEXT NOT NULL,
+                crop BLOB NOT NULL);
+            CREATE TABLE deliveries (
+                event_id TEXT NOT NULL REFERENCES events(event_id) ON DELETE CASCADE,
+                target TEXT NOT NULL, seq INTEGER NOT NULL, camera TEXT NOT NULL,
+                state TEXT NOT NULL CHECK (state IN ('pending', 'delivered', 'dead')),
+                attempts INTEGER NOT NULL DEFAULT 0, next_attempt_at REAL NOT NULL,
+                last_attempt_at REAL, last_error TEXT, delivered_at REAL,
+                PRIMARY KEY (event_id, target));
+            PRAGMA user_version=1;
+            """
+        )
+        db.execute(
+            "INSERT INTO events (event_id, camera, created_at, payload, crop) "
+            "VALUES (?, 'gate', 0, '{\"text\": \"A001AA77\"}', x'ffd8')",
+            (event_id,),
+        )
+        db.execute(
+            "INSERT INTO deliveries (event_id, target, seq, camera, state, next_attempt_at) "
+            "VALUES (?, 'a', 1, 'gate', 'pending', 0)",
+            (event_id,),
+        )
+
+
+async def test_an_outbox_of_schema_1_is_brought_up_to_date_keeping_its_events(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "outbox.sqlite3"
+    _v1_outbox(path, "kept")
+    outbox = await Outbox.open(path, ["a"])
+    try:
+        (pending,) = await outbox.next_batch("a", 10, with_crop=True, with_frame=True)
+        assert (pending.event_id, pending.crop, pending.frame) == ("kept", b"\xff\xd8", None)
+        event = make_event()
+        assert await outbox.add(dataclasses.replace(event, frame_jpeg=b"\xff\xd8vehicle"))
+        assert await outbox.is_erased("kept") is False
+    finally:
+        await outbox.close()
+    with sqlite3.connect(path) as db:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == 2
