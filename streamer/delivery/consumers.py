@@ -164,7 +164,7 @@ class Consumers:
     async def start(self) -> None:
         """Start a worker per consumer and the housekeeping loop; new events get a pending
         delivery for each consumer from now on."""
-        self.outbox.targets = self.targets
+        self._set_targets(self.deliverers)
         for name, count in (await self.outbox.orphaned_targets()).items():
             LOG.warning(
                 "outbox %s: %d undelivered event(s) for consumer %r, which is not configured "
@@ -222,6 +222,13 @@ class Consumers:
             await deliverer.close()
         for part in self._parts.pop(name, ()):
             await self.supervisor.remove(part)
+
+    def _set_targets(self, deliverers: Sequence[Deliverer]) -> None:
+        """The consumers new events get a delivery for, and those that take the picture."""
+        self.outbox.targets = tuple(d.name for d in deliverers)
+        self.outbox.frame_targets = tuple(
+            d.name for d in deliverers if getattr(d, "with_frame", False)
+        )
 
     @property
     def targets(self) -> tuple[str, ...]:
@@ -353,7 +360,7 @@ class Consumers:
         new = [d for d in new if d.name not in failed]
         stays = [running[name] for name in failed if name in running]
         final = [running[d.name] for d in kept] + stays + new
-        self.outbox.targets = tuple(d.name for d in final)  # events from now on
+        self._set_targets(final)  # events from now on
         for name in running:
             if name not in kept_names and name not in failed:
                 await self._stop_one(name)

@@ -107,6 +107,9 @@ class Outbox:
         self.path = Path(path)
         #: The consumers an event added gets a pending delivery for (a reload changes them).
         self.targets: tuple[str, ...] = tuple(targets)
+        #: Those of them that take the vehicle picture (the history): once they have it, the
+        #: log lets it go.
+        self.frame_targets: tuple[str, ...] = ()
         self._metrics = metrics
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="outbox-db")
         self._conn: sqlite3.Connection | None = None
@@ -299,7 +302,14 @@ class Outbox:
         return await self._call(add, "add", write=True)
 
     async def mark_delivered(self, event_id: str, target: str) -> None:
-        mark = functools.partial(sql.mark_delivered, event_id=event_id, target=target)
+        """Delivered to ``target`` (the vehicle picture let go once every one of
+        :attr:`frame_targets` has it)."""
+        mark = functools.partial(
+            sql.mark_delivered,
+            event_id=event_id,
+            target=target,
+            frame_targets=self.frame_targets,
+        )
         await self._call(mark, "mark_delivered", write=True)
 
     async def mark_retry(self, event_id: str, target: str, next_at: float, error: str) -> None:

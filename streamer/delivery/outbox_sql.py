@@ -137,7 +137,12 @@ def add(
     return True
 
 
-def mark_delivered(conn: sqlite3.Connection, event_id: str, target: str) -> None:
+def mark_delivered(
+    conn: sqlite3.Connection, event_id: str, target: str, frame_targets: Sequence[str] = ()
+) -> None:
+    """Delivered to ``target``; when it is one of ``frame_targets`` (those that take the
+    vehicle picture: the history) and none of them still waits, the picture is let go: the
+    log keeps the crop only, as receivers' ``crop_url`` needs it."""
     now = time.time()
     conn.execute(
         "UPDATE deliveries SET state='delivered', attempts=attempts+1, "
@@ -145,6 +150,13 @@ def mark_delivered(conn: sqlite3.Connection, event_id: str, target: str) -> None
         "WHERE event_id=? AND target=?",
         (now, now, event_id, target),
     )
+    if target in frame_targets:
+        conn.execute(
+            "UPDATE events SET frame = NULL WHERE event_id = ? AND frame IS NOT NULL "
+            "AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = ? AND "
+            "d.state = 'pending' AND d.target IN (SELECT value FROM json_each(?)))",
+            (event_id, event_id, json.dumps(list(frame_targets))),
+        )
 
 
 def mark_retry(

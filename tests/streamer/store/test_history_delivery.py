@@ -7,6 +7,7 @@ webhook receiver gets every event at once; afterwards the history has every even
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import sqlite3
@@ -153,3 +154,31 @@ async def test_postgresql_stopped_under_two_cameras_loses_no_event(
 def _messages(outbox: Path) -> set[str]:
     with sqlite3.connect(outbox) as db:
         return {str(row[0]) for row in db.execute("SELECT event_id FROM events")}
+
+
+async def test_the_log_lets_the_vehicle_picture_go_once_the_history_has_it(
+    tmp_path: Path, receiver: Receiver
+) -> None:
+    """The picture of the vehicle is in the log only until the history took it (the log
+    keeps the crop, which receivers' crop_url may still need)."""
+    metrics = Metrics()
+    store = await SQLiteEventStore.open(tmp_path / "events.sqlite3")
+    webhook = WebhookPoster(target("rx", receiver.url, receiver.secret), metrics)
+    consumers = await Consumers.open(
+        OutboxConfig(path=tmp_path / "outbox.sqlite3"),
+        [HistoryDeliverer(store, metrics), webhook],
+        metrics,
+        **FAST,
+    )
+    event = dataclasses.replace(make_event(), frame_jpeg=b"\xff\xd8 the vehicle")
+    try:
+        await consumers.append(event)
+        assert (await consumers.wait_caught_up(10))["history"].delivered == 1
+        assert await store.frame(event.event_id) == event.frame_jpeg
+        outbox = tmp_path / "outbox.sqlite3"
+        with sqlite3.connect(outbox) as db:
+            frame, crop = db.execute("SELECT frame, crop FROM events").fetchone()
+        assert frame is None and crop == event.crop_jpeg
+    finally:
+        await consumers.close()
+        await store.close()
