@@ -80,6 +80,8 @@ async def test_a_locked_sqlite_history_delays_only_itself(
         late = {r.webhook_id: r.at - appended[r.webhook_id] for r in receiver.delivered()}
         assert set(late) == set(appended)
         assert max(late.values()) < 2.0, late  # every event at the receiver within 2 s
+        print(f"history locked {LOCK_S:g} s: {len(events)} events, the receiver's slowest "
+              f"{max(late.values()):.3f} s after its commit")  # fmt: skip
         for event in events:
             kept = await store.get(event.event_id)
             assert kept is not None and kept.payload["text"] == event.text
@@ -144,6 +146,8 @@ async def test_postgresql_stopped_under_two_cameras_loses_no_event(
         await receiver.stop()
         server.close()
     assert during >= 2, "no event was decided while PostgreSQL was down"
+    print(f"PostgreSQL down {PG_DOWN_S:g} s: {during} events decided meanwhile, "
+          f"{len(committed)} committed, each in the history and at the receiver")  # fmt: skip
     assert progress["history"].pending == 0 and progress["rx"].pending == 0
     assert committed <= kept  # every one in the history...
     assert committed <= set(receiver.delivered_ids())  # ...and at the receiver
