@@ -81,14 +81,14 @@ LOG = logging.getLogger(__name__)
 FRAMES_GRACE_S = 1.5
 #: ...the queued events to be committed to the event log (normally milliseconds)...
 DRAIN_TIMEOUT_S = 15.0
+#: ...and the embedded Triton to exit before its process group is killed.
+TRITON_STOP_S = 2.0
 #: At a stop (not ``--once``), how long the consumers in this process (history, stdout, the
 #: file) may take to catch up with what the drain committed (the remote ones go on at the
 #: next start).
 LOCAL_CATCH_UP_S = 2.0
 #: ``--once``'s exit code when a consumer has events left (pending or dead letters).
 EXIT_EVENTS_LEFT = 3
-#: ...and the embedded Triton to exit before its process group is killed.
-TRITON_STOP_S = 2.0
 #: Signals that stop the service, and the one that reloads its config.
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 RELOAD_SIGNAL = signal.SIGHUP
@@ -513,11 +513,12 @@ class Service:
         if self.supervisor.task("events") is not None:  # the flushed passes reach the log
             await self.publisher.drain(DRAIN_TIMEOUT_S)
         await self.supervisor.stop("events")  # (what is left was logged by the drain)
-        if self.consumers is not None and self._ended:
-            LOG.info("waiting up to %g s for every consumer to catch up", self.drain_timeout_s)
-            self.progress = await self.consumers.wait_caught_up(self.drain_timeout_s)
-        elif self.consumers is not None:  # the flushed passes on stdout and in the history
-            await self.consumers.wait_caught_up(LOCAL_CATCH_UP_S, local_only=True)
+        with contextlib.suppress(OutboxError):  # (logged by the outbox; nothing to wait for)
+            if self.consumers is not None and self._ended:
+                LOG.info("waiting up to %g s for every consumer to catch up", self.drain_timeout_s)
+                self.progress = await self.consumers.wait_caught_up(self.drain_timeout_s)
+            elif self.consumers is not None:  # the flushed passes on stdout, in the history
+                await self.consumers.wait_caught_up(LOCAL_CATCH_UP_S, local_only=True)
         await self.supervisor.stop("history")  # no pruning of a history that closes
         if self.consumers is not None:  # what they had not delivered stays in the log
             await self.consumers.close()
