@@ -1,6 +1,7 @@
-r"""What the outbox's delivery workers deliver through: a :class:`Deliverer` per target.
+"""What the outbox's delivery workers deliver through: a :class:`Deliverer` per target.
 
-A target of the outbox (a webhook receiver, the MQTT broker) is served by one
+A consumer of the event log (the history, stdout, a file, a webhook receiver, the MQTT
+broker: a target of the outbox) is served by one
 :class:`~streamer.delivery.delivery_worker.DeliveryWorker`, which takes the target's pending
 events in per-camera order and hands each to the target's :class:`Deliverer`. The deliverer
 sends it and says what that came to (:class:`Outcome`): delivered, retry (and when), or a
@@ -8,7 +9,7 @@ dead letter. It never raises for trouble on the network: only a bug does.
 
 Deliverers: :class:`~streamer.delivery.webhook_delivery.WebhookPoster` (a signed POST),
 :class:`~streamer.delivery.mqtt_delivery.MqttDeliverer` (QoS 1 publishes), and the consumers
-in this process, :class:`LocalDeliverer`\ s: the history
+in this process (each a :class:`LocalDeliverer`): the history
 (streamer/store/history_delivery.py) and JSON lines to stdout or ``events.file``
 (streamer/delivery/jsonl_delivery.py).
 """
