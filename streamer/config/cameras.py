@@ -133,7 +133,8 @@ class CameraConfig(Section):
     realtime: bool = Field(
         True,
         description="Files only: play at the clip's own pace (true) or as fast as possible "
-        "(false). Network streams always arrive in real time.",
+        "(false: deterministic, never ahead of its own answers, so a file gives the same "
+        "events on any machine). Network streams always arrive in real time.",
     )
     skip_non_reference_frames: bool = Field(
         True,

@@ -41,8 +41,14 @@ file loop, stream time going back) is always sent; ``"motion"``: sent; no motion
 camera has a live track (``TrackSignal``, set by the asyncio side after each tracker update):
 ``"stationary"``, sent when ``stationary_interval_s`` of stream time have passed since the last
 frame sent, so a stopped vehicle is re-read at that interval and its track is ended on time
-after it leaves; otherwise ``"skip"``. The track signal lags by the frames in flight: a vehicle
-that stops right after it appears is re-read at the next interval once its first result is in.
+after it leaves; otherwise ``"skip"``. From a live camera (or a file played in real time) the
+track signal lags by the frames in flight: a vehicle that stops right after it appears is
+re-read at the next interval once its first result is in. A file played as fast as possible
+(``realtime: false``) never runs ahead of its own answers: before such a decision reads the
+signal, the decode thread waits until every frame sent has been answered
+(:meth:`TrackSignal.wait_answered`), so which frames are sent, and so the events, do not depend
+on how fast the machine answers. The wait comes at most once per ``stationary_interval_s`` of a
+still stretch; frames with motion are sent without it.
 
 Measured on ``yard_cam.ts`` (1920x1080 H.264, yuvj420p, 15 fps), on this 2-core machine while
 other jobs ran (load 2-4), each part on freshly decoded frames, with
@@ -65,7 +71,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import cv2
@@ -79,6 +85,7 @@ CHECK_WIDTH = 320
 _BLUR_KERNEL = (5, 5)
 _DILATE_KERNEL = np.ones((3, 3), dtype=np.uint8)
 _TIME_TOLERANCE_S = 1e-3  # stream times are float seconds from pts: allow rounding
+_STOP_POLL_S = 0.1  # TrackSignal.wait_answered: how often a waiting decode thread checks stop
 #: Pixel formats whose first plane is 8-bit luma, one byte a pixel at full resolution.
 _LUMA_FIRST_FORMATS = frozenset(
     {
@@ -219,20 +226,59 @@ class MotionDetector:
 
 
 class TrackSignal:
-    """Whether a camera has a live track: set on the asyncio side, read by the decode thread."""
+    """Whether a camera has a live track: set on the asyncio side, read by the decode thread.
+
+    It also counts the frames in flight, for a file played as fast as possible
+    (``realtime: false``): the decode thread says which frame it queued (:meth:`sent`), the
+    pipeline which frame's answer the tracker has taken or given up on (:meth:`done`), and
+    :meth:`wait_answered` waits until every frame sent has been answered, so the gate's "a
+    track lives" is then the tracker's state after exactly the frames before this one.
+    """
 
     def __init__(self) -> None:
-        self._live = threading.Event()
+        self._changed = threading.Condition()
+        self._live = False
+        self._sent = -1  # index of the latest frame queued for recognition
+        self._done = -1  # index of the latest frame answered (or given up)
 
     def set(self, live: bool) -> None:
-        if live:
-            self._live.set()
-        else:
-            self._live.clear()
+        with self._changed:
+            self._live = live
 
     @property
     def live(self) -> bool:
-        return self._live.is_set()
+        return self._live
+
+    def sent(self, index: int) -> None:
+        """The decode thread queued frame ``index`` (indices count up, per camera)."""
+        with self._changed:
+            self._sent = max(self._sent, index)
+
+    def done(self, index: int) -> None:
+        """The tracker took frame ``index``'s answer, or the frame was given up (a failed
+        request, a pipeline restart); after :meth:`set` for that frame."""
+        with self._changed:
+            if index > self._done:
+                self._done = index
+                self._changed.notify_all()
+
+    @property
+    def in_flight(self) -> int:
+        """Frames sent and not yet answered."""
+        return max(0, self._sent - self._done)
+
+    def wait_answered(self, stop: threading.Event, timeout_s: float) -> bool:
+        """Until every frame sent is answered (True), ``stop`` is set or ``timeout_s`` pass
+        (False). Polls ``stop`` every ``_STOP_POLL_S``: the decode thread's stop event is a
+        plain ``threading.Event``."""
+        deadline = time.monotonic() + timeout_s
+        with self._changed:
+            while self._done < self._sent:
+                left = deadline - time.monotonic()
+                if left <= 0 or stop.is_set():
+                    return False
+                self._changed.wait(min(left, _STOP_POLL_S))
+            return True
 
 
 class MotionGate:
@@ -278,12 +324,24 @@ class MotionGate:
         self._last_sent_t = None
         self.detector.reset()
 
-    def check(self, frame: Any, t: float) -> GateDecision:
+    def check(self, frame: Any, t: float, settle: Callable[[], None] | None = None) -> GateDecision:
         """The decision for a PyAV video frame at stream time ``t`` (seconds)."""
-        return self.decide(small_gray(frame, self.check_width), (frame.width, frame.height), t)
+        size = (frame.width, frame.height)
+        return self.decide(small_gray(frame, self.check_width), size, t, settle)
 
-    def decide(self, gray: np.ndarray, frame_size: tuple[int, int], t: float) -> GateDecision:
-        """The decision for a frame given as its small grey image (see :func:`small_gray`)."""
+    def decide(
+        self,
+        gray: np.ndarray,
+        frame_size: tuple[int, int],
+        t: float,
+        settle: Callable[[], None] | None = None,
+    ) -> GateDecision:
+        """The decision for a frame given as its small grey image (see :func:`small_gray`).
+
+        ``settle``: called before the decision reads :attr:`tracks` (only then: a still frame
+        whose stationary interval has passed); a file played as fast as possible waits there
+        for the answers to the frames already sent (:meth:`TrackSignal.wait_answered`).
+        """
         last = self._last_sent_t
         decision: GateDecision
         if last is None or t < last - _TIME_TOLERANCE_S:
@@ -293,12 +351,17 @@ class MotionGate:
             decision = "first"
         elif self.detector.update(gray, frame_size):
             decision = "motion"
-        elif self.tracks.live and t - last >= self.stationary_interval_s - _TIME_TOLERANCE_S:
+        elif t - last >= self.stationary_interval_s - _TIME_TOLERANCE_S and self._live(settle):
             decision = "stationary"
         else:
             return "skip"
         self._last_sent_t = t
         return decision
+
+    def _live(self, settle: Callable[[], None] | None) -> bool:
+        if settle is not None:
+            settle()
+        return self.tracks.live
 
 
 def measure(path: str, width: int = CHECK_WIDTH) -> dict[str, float]:

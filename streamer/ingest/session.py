@@ -26,6 +26,9 @@ _LOG = logging.getLogger(__name__)
 
 #: How often a frame skipped by the motion gate is still converted for the live view.
 PREVIEW_INTERVAL_S = 1.0
+#: The longest a file played as fast as possible waits for the answers to its frames in flight
+#: before the motion gate decides without them (past every request timeout: a fault).
+ANSWER_WAIT_S = 120.0
 
 
 class Session:
@@ -51,6 +54,9 @@ class Session:
         self.started = started
         self._shared = shared
         self._generation = generation
+        #: Called by the motion gate before it reads the track signal (files played as fast
+        #: as possible only: see :meth:`_wait_answered`).
+        self._settle = None if source.live or source.realtime else self._wait_answered
         self.sampler = Sampler(
             source.sample_fps, rate, skip_non_reference=source.skip_non_reference
         )
@@ -124,7 +130,7 @@ class Session:
             if not shared.current(self._generation):
                 return
         gate = source.motion_gate
-        if gate is not None and gate.check(frame, t) == "skip":
+        if gate is not None and gate.check(frame, t, self._settle) == "skip":
             with shared.lock:
                 if self._generation == shared.generation:
                     shared.stats.skipped_no_motion += 1
@@ -146,11 +152,30 @@ class Session:
         )
         with shared.stall.waiting():
             queued = source.queue.put_threadsafe(item, shared.stop)
+        if queued and gate is not None:
+            gate.tracks.sent(index)
         with shared.lock:
             shared.stall.progress(time.monotonic())
             if queued:
                 shared.stats.sampled += 1
             shared.stats.dropped = source.queue.dropped
+
+    def _wait_answered(self) -> None:
+        """A file played as fast as possible: the gate's decision waits for the answers to
+        the frames sent before it (streamer/ingest/motion.py), so that it is the same on a
+        fast and a slow machine. Bounded by ``ANSWER_WAIT_S``; past it the gate decides on
+        what it knows (the answers are late beyond any request timeout: a fault)."""
+        gate, shared = self.source.motion_gate, self._shared
+        assert gate is not None
+        with shared.stall.waiting():
+            answered = gate.tracks.wait_answered(shared.stop, ANSWER_WAIT_S)
+        if not answered and not shared.stop.is_set():
+            _LOG.warning(
+                "camera %s: %d frames unanswered after %.0f s: the motion gate goes on",
+                self.source.name,
+                gate.tracks.in_flight,
+                ANSWER_WAIT_S,
+            )
 
     def _keep_preview(self, frame: Any, t: float) -> None:
         """A gated frame for the live view, at most every ``PREVIEW_INTERVAL_S``.

@@ -6,6 +6,8 @@ adaptive window: streamer/inference/scheduler.py); a live camera then sends the 
 frame it has, and the older ones it held are dropped (``superseded``, counted).
 Results are taken in frame order (the tracker needs order) even though Triton
 may answer out of order. A frame whose inference fails is counted and skipped.
+After each frame the motion gate's ``TrackSignal`` is told whether a track lives and that
+the frame is answered: a file played as fast as possible waits on it (streamer/ingest/motion.py).
 """
 
 from __future__ import annotations
@@ -111,10 +113,12 @@ class CameraPipeline:
                 feeder.cancel()
 
         collector.add_done_callback(collector_done)
+        last_sent: int | None = None
         try:
             while (frame := await self.queue.get()) is not None:
                 permit = await self.inference.acquire(self.camera)
                 frame = self._freshest(frame)
+                last_sent = frame.index
                 sent_at = time.monotonic()
                 task = asyncio.create_task(
                     self.inference.recognise(frame, permit), name=f"{self.camera}-infer"
@@ -143,6 +147,8 @@ class CameraPipeline:
                 if item is not None:
                     item[1].cancel()
             await asyncio.gather(collector, return_exceptions=True)
+            if self.tracks is not None and last_sent is not None:
+                self.tracks.done(last_sent)  # answered, or given up with this run
         await self.on_passes(self.passes.flush())
 
     def _freshest(self, frame: Frame) -> Frame:
@@ -164,6 +170,8 @@ class CameraPipeline:
                 if self.metrics is not None:
                     self.metrics.triton_errors.labels(exc.kind).inc()
                 LOG.debug("%s: frame %d failed: %s", self.camera, frame.index, exc)
+                if self.tracks is not None:
+                    self.tracks.done(frame.index)
                 continue
             self.stats.answered += 1
             if self.metrics is not None:
@@ -178,6 +186,7 @@ class CameraPipeline:
             passes = self.passes.update(result)
             if self.tracks is not None:
                 self.tracks.set(self.passes.live_tracks > 0)
+                self.tracks.done(frame.index)
             if passes:
                 await self.on_passes(passes)
 

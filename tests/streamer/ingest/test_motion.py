@@ -260,11 +260,45 @@ async def _run_source(
         async with asyncio.timeout(60):
             while (frame := await queue.get()) is not None:
                 frames.append(frame)
+                if gate is not None:
+                    gate.tracks.done(frame.index)  # answered at once, as a pipeline would
                 if len(frames) >= 40:
                     break
     finally:
         await source.astop()
     return frames, source
+
+
+async def _answer_after(
+    path: Path, answer_s: float, live_from: int
+) -> tuple[list[float], CameraSource]:
+    """Play ``path`` as fast as possible through a gated source while a consumer "answers"
+    each frame after ``answer_s`` and, from the ``live_from``-th frame sent on, says a track
+    lives (as the pipeline does once the tracker has a track): the stream times sent."""
+    tracks = TrackSignal()
+    gate = MotionGate.from_config(MotionConfig(enabled=True), tracks)
+    queue = FrameQueue(4, "wait")
+    source = CameraSource(
+        "cam",
+        str(path),
+        queue=queue,
+        motion_gate=gate,
+        sample_fps=5,
+        realtime=False,
+        loop_file=False,
+    )
+    source.start()
+    frames: list[Frame] = []
+    try:
+        async with asyncio.timeout(120):
+            while (frame := await queue.get()) is not None:
+                frames.append(frame)
+                await asyncio.sleep(answer_s)
+                tracks.set(len(frames) >= live_from)
+                tracks.done(frame.index)
+    finally:
+        await source.astop()
+    return _relative(frames), source
 
 
 def _relative(frames: list[Frame]) -> list[float]:
@@ -320,6 +354,60 @@ async def test_camera_source_rereads_a_frozen_scene_with_a_live_track(
     times = _relative(frames)
     assert [t for t in times if t <= 3.0] == [0.0, 1.0, 2.0, 3.0]
     assert source.stats.skipped_no_motion == len(_sample_times(frozen_then_moving)) - len(frames)
+
+
+@needs_ffmpeg
+async def test_a_file_sends_the_same_frames_however_slowly_it_is_answered(
+    frozen_then_moving: Path,
+) -> None:
+    # The first frame's answer makes a track: the frozen stretch after it is then re-read at
+    # the stationary interval, whether the answer comes at once or after the decode thread
+    # has long reached the next frames (before the gate waited for answers, a slow answer
+    # left the track signal unset when the still frames were checked: they were all skipped).
+    fast, _ = await _answer_after(frozen_then_moving, 0.0, live_from=1)
+    slow, source = await _answer_after(frozen_then_moving, 0.25, live_from=1)
+    assert slow == fast
+    assert [t for t in slow if t <= 3.0] == [0.0, 1.0, 2.0, 3.0]
+    assert source.stats.skipped_no_motion == len(_sample_times(frozen_then_moving)) - len(slow)
+
+
+def test_wait_answered_waits_for_every_frame_sent() -> None:
+    tracks, stop = TrackSignal(), threading.Event()
+    assert tracks.wait_answered(stop, 0.01)  # nothing sent: nothing to wait for
+    tracks.sent(0)
+    tracks.sent(1)
+    assert tracks.in_flight == 2
+    assert not tracks.wait_answered(stop, 0.05)  # unanswered: timed out
+    tracks.done(0)
+    assert tracks.in_flight == 1
+    answering = threading.Timer(0.05, tracks.done, args=(1,))
+    answering.start()
+    assert tracks.wait_answered(stop, 5.0)
+    answering.join()
+    assert tracks.in_flight == 0
+    tracks.sent(2)
+    stop.set()  # a stopping source does not wait
+    assert not tracks.wait_answered(stop, 5.0)
+
+
+def test_the_gate_settles_only_when_the_track_signal_decides() -> None:
+    calls: list[float] = []
+    tracks = TrackSignal()
+    tracks.set(True)
+    gate = _gate(tracks, interval=1.0)
+    scene = _scene()
+
+    def decide(t: float, image: np.ndarray = scene) -> str:
+        return gate.decide(image, FRAME, t, settle=lambda: calls.append(t))
+
+    assert decide(0.0) == "first"
+    assert decide(0.4) == "skip"  # the interval has not passed: the signal is not read
+    moved = _with_block(scene, 100, 80)
+    assert decide(0.6, moved) == "motion"  # motion: sent without it
+    assert calls == []
+    assert decide(1.2, moved) == "skip"
+    assert decide(1.6, moved) == "stationary"
+    assert calls == [1.6]
 
 
 @needs_ffmpeg
