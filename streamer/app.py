@@ -58,7 +58,7 @@ from streamer.ops.startup import (
     store_error,
     triton_start_error,
 )
-from streamer.pipeline.camera import OnResult
+from streamer.pipeline.camera import OnFate, OnResult
 from streamer.pipeline.cameras import Cameras
 from streamer.pipeline.leases import CameraLeases, LeaseGate
 from streamer.pipeline.shards import Shard
@@ -103,14 +103,16 @@ class Service:
         config_path: Path | None = None,
         extra_sinks: Sequence[EventSink] = (),
         on_result: OnResult | None = None,
+        on_fate: OnFate | None = None,
         shard: Shard | None = None,
         drain_timeout_s: float = CATCH_UP_TIMEOUT_S,
     ) -> None:
         """``config_path``: the file ``settings`` came from, read again on reload (without
         it, reload is refused). ``extra_sinks``: in-process observers given every event once
-        it is committed; ``on_result`` sees every frame's reads, in order per camera
-        (``python -m streamer replay`` uses both). ``shard``: this replica of several runs
-        only the cameras it holds (streamer/pipeline/shards.py; default: every camera).
+        it is committed; ``on_result`` sees every frame's reads, in order per camera;
+        ``on_fate`` how every track ended (``python -m streamer replay`` uses all three).
+        ``shard``: this replica of several runs only the cameras it holds
+        (streamer/pipeline/shards.py; default: every camera).
         ``drain_timeout_s``: with ``once``, how long the consumers may take to catch up."""
         self.settings = settings
         self.shard = shard or Shard()
@@ -145,6 +147,7 @@ class Service:
             self.publisher.submit,
             once=once,
             on_result=on_result,
+            on_fate=on_fate,
         )
         self.ops: OpsServer | None = None
         self.web: WebServer | None = None

@@ -158,7 +158,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
-    from streamer.cli.replay import load_truth, markdown, replay_settings, report_json, run_replay
+    from streamer.cli.replay import (
+        Collector,
+        fates_markdown,
+        load_truth,
+        markdown,
+        replay_settings,
+        report_json,
+        run_replay,
+    )
     from streamer.config import ConfigError, load_config
     from streamer.ops.startup import StartupError
 
@@ -171,11 +179,12 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         return 2
     setup_logging(args.log_level or settings.log.level, settings.log.format)
     try:
-        code, scores, total = asyncio.run(run_replay(settings, truth))
+        collector = Collector()
+        code, scores, total = asyncio.run(run_replay(settings, truth, collector))
     except StartupError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    table = markdown(scores, total)
+    table = markdown(scores, total) + "\nTracks:\n\n" + fates_markdown(collector.fates, truth)
     print(table, end="")
     if args.json is not None:
         args.json.write_text(report_json(scores, total) + "\n", encoding="utf-8")

@@ -15,13 +15,20 @@ Each pass counts with its last version (a correction replaces what it corrects).
 Per camera and in total: ``correct`` (passes whose text is a plate of the truth,
 each plate counted as often as it is listed), ``wrong`` (a text not in the truth),
 ``duplicates`` (a plate of the truth reported more often than listed), ``missed``
-(listed but not reported), ``withheld`` (passes the service did not report
-because their confidence was under ``events.min_confidence``), precision =
+(listed but not reported), ``withheld`` (passes the service decided but did not
+report: a confidence under ``events.min_confidence``, or fewer exact reads than
+``events.min_reads``; docs/events.md, Withheld passes), precision =
 correct / passes, recall = correct / listed, the corrections, the first reports
 that were wrong, and the median time from a pass's first read to its decision.
+A listed plate is *readable* when the recogniser read it exactly in at least
+``READABLE_READS`` (2) of the frames the service sent; recall on readable plates =
+correct reports of readable plates / readable listed plates (a plate listed n times
+counts n times), the share of what the decision rules could have reported.
 Beside them, what the recogniser read frame by frame (the most frequent raw reads
 and how often), so that a low recall can be told apart: the recogniser never
-read the plate, or the decision rules did not take what it read.
+read the plate, or the decision rules did not take what it read. After the table,
+every track of each clip with its fate (reported, withheld and why, a duplicate of
+what, no valid text, erased): :func:`fates_markdown`.
 """
 
 from __future__ import annotations
@@ -41,9 +48,13 @@ from streamer.config import ConfigError, Settings
 from streamer.delivery.events import PlateEvent
 from streamer.domain.frames import FrameResult
 from streamer.tracking.plate_formats import PlateFormats
+from streamer.tracking.plate_pass import TrackFate
 
 #: Raw reads listed per camera in the report.
 TOP_READS = 5
+#: A listed plate read exactly in at least this many frames sent is *readable* (the
+#: events.min_reads default: fewer reads, no decision rule may report it).
+READABLE_READS = 2
 
 
 def load_truth(path: Path) -> dict[str, list[str]]:
@@ -102,6 +113,8 @@ class Collector:
     events: list[PlateEvent] = field(default_factory=list)
     reads: dict[str, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
     frames: Counter[str] = field(default_factory=Counter)
+    #: Every track of each camera, as it ended (in the order they ended).
+    fates: dict[str, list[TrackFate]] = field(default_factory=lambda: defaultdict(list))
 
     async def publish(self, event: PlateEvent) -> None:
         self.events.append(event)
@@ -114,6 +127,26 @@ class Collector:
         self.frames[camera] += 1
         for plate in result.plates:
             self.reads[camera][plate.text] += 1
+
+    def fate(self, fate: TrackFate) -> None:
+        self.fates[fate.camera].append(fate)
+
+
+def fates_markdown(fates: dict[str, list[TrackFate]], cameras: Iterable[str]) -> str:
+    """Every track of each camera and what became of it: reported, withheld (why), a
+    duplicate (of what), no valid text, erased."""
+    rows = [
+        "| clip | track | fate | text | confidence | reads (exact) | seen (stream s) | detail |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for camera in cameras:
+        for f in sorted(fates.get(camera, ()), key=lambda f: (f.first_t, f.track_id)):
+            confidence = "-" if f.confidence is None else f"{f.confidence:.2f}"
+            rows.append(
+                f"| {camera} | {f.track_id} | {f.fate} | {f.text or '-'} | {confidence} | "
+                f"{f.reads} ({f.exact}) | {f.first_t:.1f}-{f.last_t:.1f} | {f.detail or '-'} |"
+            )
+    return "\n".join(rows) + "\n"
 
 
 @dataclass(frozen=True)
@@ -137,8 +170,12 @@ class ClipScore:
     missed_reads: list[tuple[str, int]] = field(default_factory=list)
     #: Each reported pass (last version) as (text, confidence, correct), by text.
     passes: list[tuple[str, float, bool]] = field(default_factory=list)
-    #: Passes not reported because their confidence was under events.min_confidence.
+    #: Passes decided but not reported (events.min_confidence, events.min_reads).
     withheld: int = 0
+    #: The listed plates (as often as listed) the recogniser read exactly in at least
+    #: READABLE_READS frames sent, and how many of them were reported.
+    readable_plates: list[str] = field(default_factory=list)
+    readable_correct: int = 0
 
     @property
     def precision(self) -> float | None:
@@ -148,9 +185,18 @@ class ClipScore:
     def recall(self) -> float | None:
         return self.correct / len(self.expected) if self.expected else None
 
+    @property
+    def readable(self) -> int:
+        return len(self.readable_plates)
+
+    @property
+    def readable_recall(self) -> float | None:
+        return self.readable_correct / self.readable if self.readable else None
+
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data["precision"], data["recall"] = self.precision, self.recall
+        data["readable"], data["readable_recall"] = self.readable, self.readable_recall
         data["top_reads"] = [{"text": t, "frames": n} for t, n in self.top_reads]
         data["missed_reads"] = [{"text": t, "frames": n} for t, n in self.missed_reads]
         data["passes"] = [
@@ -188,6 +234,7 @@ def score(
     duplicates = sum(max(0, n - want[t]) for t, n in got.items() if t in want)
     right_times = [e.decided_after_s for e in latest.values() if e.text in want]
     missed = sorted(t for t, n in want.items() if got[t] < n)
+    readable = sorted(t for t in expected if reads[t] >= READABLE_READS)
     # A pass is correct while its plate has not been reported more often than listed.
     left = Counter(want)
     passes = []
@@ -210,21 +257,25 @@ def score(
         missed_reads=[(t, reads[t]) for t in missed],
         passes=passes,
         withheld=withheld,
+        readable_plates=readable,
+        readable_correct=sum(min(got[t], n) for t, n in Counter(readable).items()),
     )
 
 
 async def run_replay(
-    settings: Settings, truth: dict[str, list[str]]
+    settings: Settings, truth: dict[str, list[str]], collector: Collector | None = None
 ) -> tuple[int, list[ClipScore], dict[str, Any]]:
-    """Play the truth's cameras once through the service; its exit code, scores, totals."""
+    """Play the truth's cameras once through the service; its exit code, scores, totals.
+    ``collector``: where the events, reads and track fates are kept (a new one if None)."""
     from streamer.app import Service  # the service pulls in Triton's client: only here
 
-    collector = Collector()
+    collector = collector if collector is not None else Collector()
     service = Service(
         replay_settings(settings, truth),
         once=True,
         extra_sinks=[collector],
         on_result=collector.observe,
+        on_fate=collector.fate,
     )
     code = await service.run()
     scores = [
@@ -234,7 +285,7 @@ async def run_replay(
             collector.events,
             collector.reads[camera],
             collector.frames[camera],
-            service.cameras[camera].pipeline.passes.unsure if camera in service.cameras else 0,
+            sum(1 for f in collector.fates[camera] if f.fate == "withheld"),
         )
         for camera, plates in truth.items()
     ]
@@ -246,6 +297,8 @@ def totals(scores: list[ClipScore]) -> dict[str, Any]:
     passes = sum(len(s.reported) for s in scores)
     listed = sum(len(s.expected) for s in scores)
     correct = sum(s.correct for s in scores)
+    readable = sum(s.readable for s in scores)
+    readable_correct = sum(s.readable_correct for s in scores)
     times = [s.decided_after_s for s in scores if s.decided_after_s is not None]
     return {
         "clips": len(scores),
@@ -260,6 +313,9 @@ def totals(scores: list[ClipScore]) -> dict[str, Any]:
         "wrong_first": sum(s.wrong_first for s in scores),
         "precision": correct / passes if passes else None,
         "recall": correct / listed if listed else None,
+        "readable": readable,
+        "readable_correct": readable_correct,
+        "readable_recall": readable_correct / readable if readable else None,
         "unreadable_clips_with_events": sum(1 for s in scores if not s.expected and s.reported),
         "median_decided_after_s": statistics.median(times) if times else None,
     }
@@ -308,6 +364,69 @@ def calibration_markdown(bins: list[dict[str, Any]]) -> str:
     return "\n".join(rows) + "\n"
 
 
+#: The events.min_confidence values of ``confidence_curve``.
+CURVE_THRESHOLDS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+
+
+def confidence_curve(
+    scores: list[ClipScore], thresholds: Iterable[float] = CURVE_THRESHOLDS
+) -> list[dict[str, Any]]:
+    """Precision and recall had ``events.min_confidence`` been each of ``thresholds``, from
+    scores of a replay that withheld nothing (min_confidence 0): a pass is kept when its
+    confidence is at least the threshold (as the service decides, known plates aside).
+
+    Each pass's ``correct`` holds under any threshold: the passes of one text are marked
+    right surest first, so a threshold keeps the right ones of a text before the others."""
+    expected = sum(len(s.expected) for s in scores)
+    readable = sum(s.readable for s in scores)
+    curve = []
+    for threshold in thresholds:
+        kept = withheld = correct = readable_correct = withheld_correct = 0
+        for s in scores:
+            plates = set(s.readable_plates)
+            for text, confidence, ok in s.passes:
+                if confidence < threshold:
+                    withheld += 1
+                    withheld_correct += ok
+                    continue
+                kept += 1
+                correct += ok
+                readable_correct += ok and text in plates
+        curve.append(
+            {
+                "min_confidence": threshold,
+                "passes": kept,
+                "correct": correct,
+                "precision": correct / kept if kept else None,
+                "recall": correct / expected if expected else None,
+                "readable_recall": readable_correct / readable if readable else None,
+                "withheld": withheld,
+                "withheld_correct": withheld_correct,
+            }
+        )
+    return curve
+
+
+def confidence_curve_markdown(curve: list[dict[str, Any]], default: float | None = None) -> str:
+    """``confidence_curve`` as a Markdown table; the row of ``default`` (the configured
+    threshold) marked."""
+    rows = [
+        "| events.min_confidence | reported | correct | precision | recall "
+        "| recall on readable | withheld (confidence) | withheld but right |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for c in curve:
+        name = f"{c['min_confidence']:g}"
+        if default is not None and abs(c["min_confidence"] - default) < 1e-9:
+            name = f"**{name}** (default)"
+        rows.append(
+            f"| {name} | {c['passes']} | {c['correct']} | {_ratio(c['precision'])} | "
+            f"{_ratio(c['recall'])} | {_ratio(c['readable_recall'])} | {c['withheld']} | "
+            f"{c['withheld_correct']} |"
+        )
+    return "\n".join(rows) + "\n"
+
+
 def _ratio(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
@@ -317,10 +436,11 @@ def markdown(scores: list[ClipScore], total: dict[str, Any]) -> str:
     formats = PlateFormats()
     rows = [
         "| clip | expected | reported (last version, confidence) | correct | wrong | dup | missed "
-        "| withheld | corrections | precision | recall | decided after (s) | frames "
-        "| recogniser's reads (frames) | missed plates: frames read exactly |",
+        "| withheld | corrections | precision | recall | readable | recall on readable "
+        "| decided after (s) | frames | recogniser's reads (frames) "
+        "| missed plates: frames read exactly |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- "
-        "| --- |",
+        "| --- | --- | --- |",
     ]
     for s in scores:
         raw = ", ".join(f"{t}{'' if formats.is_valid(t) else '*'} ({n})" for t, n in s.top_reads)
@@ -331,6 +451,7 @@ def markdown(scores: list[ClipScore], total: dict[str, Any]) -> str:
             f"{s.correct} | {s.wrong} | {s.duplicates} | "
             f"{s.missed} | {s.withheld} | {s.corrections} | "
             f"{_ratio(s.precision)} | {_ratio(s.recall)} | "
+            f"{s.readable} | {_ratio(s.readable_recall)} | "
             f"{after} | {s.frames} | {raw or '(none)'} | "
             f"{', '.join(f'{t} ({n})' for t, n in s.missed_reads) or '-'} |"
         )
@@ -340,6 +461,7 @@ def markdown(scores: list[ClipScore], total: dict[str, Any]) -> str:
         f"{total['correct']} | {total['wrong']} | {total['duplicates']} | {total['missed']} | "
         f"{total['withheld']} | {total['corrections']} | "
         f"{_ratio(total['precision'])} | {_ratio(total['recall'])} | "
+        f"{total['readable']} | {_ratio(total['readable_recall'])} | "
         f"{'-' if after is None else f'{after:.1f}'} | | | |"
     )
     return "\n".join(rows) + "\n"

@@ -106,6 +106,11 @@ class WebhookTargetConfig(Section):
         "the new one accepts it. Never logged.",
     )
     enabled: bool = Field(True, description="Deliver to this target; false keeps it configured.")
+    withheld: bool = Field(
+        False,
+        description="Also POST withheld passes (type plate.withheld: decided but under "
+        "events.min_confidence or events.min_reads, not reported as plates).",
+    )
     timeout_s: float = Field(
         10.0, gt=0, le=300, description="Seconds one POST may take (connect + answer)."
     )

@@ -224,10 +224,14 @@ class Consumers:
             await self.supervisor.remove(part)
 
     def _set_targets(self, deliverers: Sequence[Deliverer]) -> None:
-        """The consumers new events get a delivery for, and those that take the picture."""
+        """The consumers new events get a delivery for, those that take the picture and
+        those that take withheld passes."""
         self.outbox.targets = tuple(d.name for d in deliverers)
         self.outbox.frame_targets = tuple(
             d.name for d in deliverers if getattr(d, "with_frame", False)
+        )
+        self.outbox.withheld_targets = tuple(
+            d.name for d in deliverers if getattr(d, "takes_withheld", False)
         )
 
     @property

@@ -78,9 +78,14 @@ class PlateEvent:
     char_confidence: tuple[float, ...] = ()
     #: JPEG of the vehicle around the plate, downscaled (for the history; None: not made).
     frame_jpeg: bytes | None = field(default=None, repr=False, compare=False)
+    #: Why the pass was withheld (``low_confidence``, ``few_reads``), for a
+    #: ``plate.withheld`` event; None for a reported pass.
+    withheld: str | None = None
 
     @property
     def type(self) -> str:
+        if self.withheld is not None:
+            return "plate.withheld"
         return "plate" if self.version == 1 else "plate.updated"
 
     @property
@@ -122,6 +127,8 @@ class PlateEvent:
             payload["voted_text"] = self.voted_text
         if self.alert:
             payload["alert"] = True
+        if self.withheld is not None:
+            payload["withheld"] = self.withheld
         if include_crop:
             payload["crop_jpeg_base64"] = base64.b64encode(self.crop_jpeg).decode("ascii")
         return payload
@@ -157,6 +164,7 @@ class PlateEvent:
             decided_after_s=float(payload.get("decided_after_s", 0.0)),
             char_confidence=tuple(float(c) for c in payload.get("char_confidence", ())),
             frame_jpeg=frame,
+            withheld=payload.get("withheld"),
         )
 
 
@@ -241,6 +249,7 @@ async def build_event(
         decided_after_s=plate_pass.decided_after_s,
         char_confidence=plate_pass.char_confidence,
         frame_jpeg=frame_jpeg,
+        withheld=plate_pass.withheld,
     )
 
 

@@ -110,6 +110,9 @@ class Outbox:
         #: Those of them that take the vehicle picture (the history): once they have it, the
         #: log lets it go.
         self.frame_targets: tuple[str, ...] = ()
+        #: The targets that take withheld passes (``plate.withheld``): the history, webhook
+        #: targets that ask for them. Set by the consumers, like :attr:`targets`.
+        self.withheld_targets: tuple[str, ...] = ()
         self._metrics = metrics
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="outbox-db")
         self._conn: sqlite3.Connection | None = None
@@ -285,10 +288,15 @@ class Outbox:
     async def add(self, event: PlateEvent) -> bool:
         """Commit ``event`` and a pending delivery per target; returns after the commit
         (the durability point). False when the event id was already there, or its pass was
-        erased (:meth:`is_erased`; nothing done).
+        erased (:meth:`is_erased`; nothing done). A withheld pass gets a delivery for each of
+        :attr:`withheld_targets` only; when there are none it is not kept (True: nothing to
+        deliver, nothing lost).
         """
         if not self.targets:
             raise ValueError("the outbox was opened without targets: nothing to deliver to")
+        targets = self.targets if event.withheld is None else self.withheld_targets
+        if not targets:
+            return True
         payload = json.dumps(event.to_dict(include_crop=False), ensure_ascii=False)
         add = functools.partial(
             sql.add,
@@ -296,7 +304,7 @@ class Outbox:
             camera=event.camera,
             payload=payload,
             crop=bytes(event.crop_jpeg),
-            targets=self.targets,
+            targets=targets,
             frame=bytes(event.frame_jpeg) if event.frame_jpeg is not None else None,
         )
         return await self._call(add, "add", write=True)

@@ -17,6 +17,11 @@ camera's decisions wait (its frame queue drops old frames, as when inference is 
 counted in ``lpr_event_queue_waits_total`` and logged once per episode. The queue's depth and
 bytes are ``lpr_event_queue_depth`` and ``lpr_event_queue_bytes``.
 
+A withheld pass (``plate.withheld``: decided, but short of ``events.min_confidence`` or
+``events.min_reads``) goes the same way, to the consumers that take it (the history; a
+webhook target with ``withheld: true``), and is logged at INFO; it is not counted, shown or
+given to the observers as a plate event.
+
 A pass of an erased plate (streamer/store/erasure.py) is not published: its id is in the
 log's erasure records, which the commit checks, or in :attr:`EventPublisher.erased` before
 that.
@@ -49,6 +54,11 @@ OBSERVER_TIMEOUT_S = 10.0
 COMMIT_RETRY_INITIAL_S = 0.5
 #: ...up to this.
 COMMIT_RETRY_MAX_S = 10.0
+#: What a withheld pass's reason means, as its log line says it.
+WITHHELD_WHY = {
+    "low_confidence": "confidence under events.min_confidence",
+    "few_reads": "read exactly fewer than events.min_reads times",
+}
 #: The names readiness reports the event log and its queue under.
 LOG_PART = "event log"
 QUEUE_PART = "event queue"
@@ -251,7 +261,20 @@ class EventPublisher:
             LOG.error("event log: %s", why)
 
     async def _announce(self, event: PlateEvent) -> None:
-        """A committed event: counted, logged, shown, given to the observers."""
+        """A committed event: counted, logged, shown, given to the observers. A withheld
+        pass is only logged: it is no plate event (the history keeps it, apart)."""
+        if event.withheld is not None:
+            LOG.info(
+                "withheld %s: %s on %s (track %d, %d reads, confidence %.2f, %s): not reported",
+                event.event_id,
+                event.text,
+                event.camera,
+                event.track_id,
+                event.reads,
+                event.confidence,
+                WITHHELD_WHY.get(event.withheld, event.withheld),
+            )
+            return
         after_s = time.monotonic() - event.first_seen_monotonic
         metrics, counted = self.metrics, self.metrics.counts(event.camera)
         if event.version == 1:

@@ -99,6 +99,7 @@ class WebhookPoster:
         self.part = f"webhook:{config.name}"
         self.max_concurrency = config.max_concurrency
         self.with_crop = config.crop == "base64"
+        self.takes_withheld = config.withheld  # plate.withheld events too
         self.metrics = metrics if metrics is not None else Metrics()
         self.links = links
         self.frames = frames

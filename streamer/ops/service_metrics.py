@@ -66,7 +66,8 @@ def camera_metrics(cameras: Iterable[Camera], recognizer: TritonPool | None) -> 
     withheld = counter(
         "lpr_passes_withheld",
         "Vehicle passes not reported, by reason: duplicate (the same text within "
-        "events.dedup_window_s) or low_confidence (under events.min_confidence).",
+        "events.dedup_window_s), low_confidence (under events.min_confidence) or few_reads "
+        "(read exactly fewer than events.min_reads times).",
         ["camera", "reason"],
     )
     skipped = counter(
@@ -84,6 +85,7 @@ def camera_metrics(cameras: Iterable[Camera], recognizer: TritonPool | None) -> 
         up.add_metric([name], 1.0 if c.source.stats.state == "connected" else 0.0)
         withheld.add_metric([name, "duplicate"], passes.suppressed)
         withheld.add_metric([name, "low_confidence"], passes.unsure)
+        withheld.add_metric([name, "few_reads"], passes.few_reads)
         skipped.add_metric([name, "no_motion"], c.source.stats.skipped_no_motion)
     return [*families, dropped, in_flight, tracks, up, withheld, skipped]
 

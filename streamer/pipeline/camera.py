@@ -26,7 +26,7 @@ from streamer.ingest.frame_queue import FrameQueue
 from streamer.ingest.motion import TrackSignal
 from streamer.ops.metrics import Metrics
 from streamer.tracking.passes import PassDetector
-from streamer.tracking.plate_pass import PlatePass
+from streamer.tracking.plate_pass import PlatePass, TrackFate
 
 LOG = logging.getLogger(__name__)
 
@@ -52,6 +52,8 @@ _InFlight = tuple[Frame, "asyncio.Task[tuple[PlateReading, ...]]", float]
 OnPasses = Callable[[list[PlatePass]], Awaitable[None]]
 #: Told each frame's (filtered) reads, in frame order, before the pass detector decides.
 OnResult = Callable[[FrameResult], None]
+#: Told how each track ended (streamer/tracking/plate_pass.py, ``TrackFate``).
+OnFate = Callable[[TrackFate], None]
 
 
 @dataclass
@@ -149,7 +151,7 @@ class CameraPipeline:
             await asyncio.gather(collector, return_exceptions=True)
             if self.tracks is not None and last_sent is not None:
                 self.tracks.done(last_sent)  # answered, or given up with this run
-        await self.on_passes(self.passes.flush())
+        await self.on_passes([*self.passes.flush(), *self.passes.take_withheld()])
 
     def _freshest(self, frame: Frame) -> Frame:
         """A live camera sends the newest frame it has; files (``wait`` policy) send in order."""
@@ -183,7 +185,7 @@ class CameraPipeline:
             self.last_result = result
             if self.on_result is not None:
                 self.on_result(result)
-            passes = self.passes.update(result)
+            passes = [*self.passes.update(result), *self.passes.take_withheld()]
             if self.tracks is not None:
                 self.tracks.set(self.passes.live_tracks > 0)
                 self.tracks.done(frame.index)

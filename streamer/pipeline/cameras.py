@@ -23,7 +23,7 @@ from streamer.ingest.frame_queue import FrameQueue
 from streamer.ingest.motion import MotionGate
 from streamer.ingest.source import CameraSource
 from streamer.ops.metrics import Metrics
-from streamer.pipeline.camera import CameraPipeline, Inference, OnPasses, OnResult
+from streamer.pipeline.camera import CameraPipeline, Inference, OnFate, OnPasses, OnResult
 from streamer.pipeline.camera_health import RateMeter, describe
 from streamer.pipeline.supervisor import Supervisor
 from streamer.tracking.known_plates import KnownPlates
@@ -93,6 +93,7 @@ class Cameras(Mapping[str, Camera]):
         *,
         once: bool = False,
         on_result: OnResult | None = None,
+        on_fate: OnFate | None = None,
     ) -> None:
         """``on_passes`` takes the passes a pipeline decides; ``submit`` the passes flushed
         here when a pipeline had to be cancelled (it must not wait). The inference client
@@ -104,6 +105,7 @@ class Cameras(Mapping[str, Camera]):
         self.submit = submit
         self.once = once
         self.on_result = on_result
+        self.on_fate = on_fate  # told how each track ended (replay)
         self.running: dict[str, Camera] = {}
         metrics.known(metrics.triton_errors, *((kind,) for kind in ERROR_KINDS))
 
@@ -143,11 +145,13 @@ class Cameras(Mapping[str, Camera]):
             motion_gate=gate,
             skip_non_reference=config.skip_non_reference_frames,
         )
+        passes = pass_detector(config, settings)
+        passes.on_fate = self.on_fate
         pipeline = CameraPipeline(
             config.name,
             queue,
             self.recognizer,
-            pass_detector(config, settings),
+            passes,
             self.on_passes,
             max_in_flight=settings.triton.max_in_flight_per_camera,
             roi=tuple(config.roi) if config.roi else None,  # type: ignore[arg-type]
@@ -192,7 +196,8 @@ class Cameras(Mapping[str, Camera]):
                 task.cancel()
             await asyncio.gather(*late, return_exceptions=True)
             for task in late:
-                self.submit(running[task].pipeline.passes.flush())
+                passes = running[task].pipeline.passes
+                self.submit([*passes.flush(), *passes.take_withheld()])
         for camera in stopping if forget else ():
             await self.supervisor.remove(camera.part)
             if self.recognizer is not None:

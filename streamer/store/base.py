@@ -4,7 +4,10 @@ A backend (streamer/store/sqlite.py for one machine, streamer/store/postgresql.p
 history shared by many replicas) implements :class:`EventStore`; both search with
 :func:`search_conditions`. Events are kept per vehicle pass: the pass's latest version is what a
 search returns, every version (the first report and each correction) is kept beside it, and
-so are the plate crop and the picture of the vehicle.
+so are the plate crop and the picture of the vehicle. A withheld pass (a ``plate.withheld``
+event: decided, but not reported) is kept like any pass, marked ``withheld``, and pruned and
+erased like any; a search returns only the reported passes unless it asks for the withheld
+ones (``EventQuery.withheld``).
 
 Pages are ordered newest first by the order the service stored the passes in (``seq``), and
 a cursor names the last pass of a page: a pass stored after the first page was read is
@@ -59,6 +62,8 @@ class EventQuery:
     #: The known-plate list matched.
     label: str | None = None
     alert: bool | None = None
+    #: False: only the reported passes (the default); True: only the withheld ones; None: both.
+    withheld: bool | None = False
     limit: int = DEFAULT_LIMIT
     cursor: str | None = None
 
@@ -181,6 +186,10 @@ def search_conditions(query: EventQuery, texts: list[str]) -> tuple[list[str], l
     if query.alert is not None:
         where.append("p.alert = ?")
         args.append(query.alert)
+    if query.withheld is not None:
+        # Written out, not an argument: each side has a partial index of its own whose
+        # condition the planner must see in the query (SQLite and PostgreSQL alike).
+        where.append("p.withheld" if query.withheld else "NOT p.withheld")
     if query.after is not None:
         where.append("p.first_seen >= ?")
         args.append(query.after)

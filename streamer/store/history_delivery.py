@@ -1,5 +1,6 @@
 """The history as a consumer of the event log: every event, with its plate crop and vehicle
-picture, written to the store (SQLite or PostgreSQL) at the history's own pace.
+picture, written to the store (SQLite or PostgreSQL) at the history's own pace; withheld
+passes (``plate.withheld``) too, which a search returns only when asked for them.
 
 A history that fails (a PostgreSQL outage, a locked or full SQLite file) or hangs delays
 only itself: its events stay pending in the log and are written again with a capped backoff
@@ -26,6 +27,7 @@ class HistoryDeliverer(LocalDeliverer):
 
     with_crop = True
     with_frame = True
+    takes_withheld = True  # kept apart (a search asks for them: streamer/store/base.py)
 
     def __init__(self, store: EventStore, metrics: Metrics) -> None:
         super().__init__(HISTORY_CONSUMER, metrics, max_concurrency=HISTORY_CONCURRENCY)

@@ -6,6 +6,12 @@ pass's latest version is what a search returns (``passes``), every version is ke
 (:func:`~streamer.store.base.search_conditions`). Plate texts use the ``C`` collation, so
 that a prefix search is a byte range on the index whatever the database's locale.
 
+``lpr_store_schema`` holds the tables' version: schema 2 added ``passes.withheld`` (withheld
+passes, ``plate.withheld`` events, kept apart from the reported ones); the first replica of
+this version to start adds it to a history of schema 1 (whose passes are reported ones), and
+a replica of an older version then refuses the history rather than show withheld passes as
+reported ones.
+
 Several replicas write and prune the same tables at once: every write is one transaction, a
 version older than the one kept changes nothing (``ON CONFLICT ... WHERE``), and ``seq``
 (a ``bigserial``) orders the passes as they were stored by any replica, so a cursor works
@@ -48,13 +54,20 @@ from streamer.store.base import (
 LOG = logging.getLogger(__name__)
 T = TypeVar("T")
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 #: Seconds to connect, and for one statement.
 CONNECT_TIMEOUT_S = 10.0
 COMMAND_TIMEOUT_S = 30.0
 POOL_SIZE = 4
+VERSION_TABLE = "CREATE TABLE IF NOT EXISTS lpr_store_schema (version integer NOT NULL);"
+#: Version -> what makes a history of that version the next one (idempotent; run only on a
+#: history older than SCHEMA_VERSION, or a new one, before SCHEMA).
+MIGRATIONS = {
+    # 2: withheld passes (plate.withheld events) kept beside the reported ones.
+    1: "ALTER TABLE IF EXISTS passes ADD COLUMN IF NOT EXISTS withheld boolean NOT NULL "
+    "DEFAULT false;",
+}
 SCHEMA = """
-CREATE TABLE IF NOT EXISTS lpr_store_schema (version integer NOT NULL);
 CREATE TABLE IF NOT EXISTS passes (
     seq bigserial PRIMARY KEY,
     event_id text NOT NULL UNIQUE,
@@ -64,7 +77,8 @@ CREATE TABLE IF NOT EXISTS passes (
     alert boolean NOT NULL DEFAULT false,
     first_seen double precision NOT NULL,
     version integer NOT NULL,
-    payload text NOT NULL
+    payload text NOT NULL,
+    withheld boolean NOT NULL DEFAULT false
 );
 CREATE TABLE IF NOT EXISTS versions (
     event_id text NOT NULL REFERENCES passes(event_id) ON DELETE CASCADE,
@@ -81,6 +95,8 @@ CREATE INDEX IF NOT EXISTS passes_by_time ON passes(first_seen);
 CREATE INDEX IF NOT EXISTS passes_by_camera ON passes(camera, seq);
 CREATE INDEX IF NOT EXISTS passes_by_text ON passes(text);
 CREATE INDEX IF NOT EXISTS passes_by_label ON passes(label, seq);
+CREATE INDEX IF NOT EXISTS passes_reported ON passes(seq) WHERE NOT withheld;
+CREATE INDEX IF NOT EXISTS passes_withheld ON passes(seq) WHERE withheld;
 """
 _MARK = re.compile(r"\?")
 
@@ -130,14 +146,25 @@ class PostgresEventStore:
         async with conn.transaction():
             # One replica creates the tables at a time.
             await conn.execute("SELECT pg_advisory_xact_lock(hashtext('lpr_store_schema'))")
-            await conn.execute(SCHEMA)
+            await conn.execute(VERSION_TABLE)
             found = await conn.fetchval("SELECT max(version) FROM lpr_store_schema")
-            if found is None:
-                await conn.execute("INSERT INTO lpr_store_schema VALUES ($1)", SCHEMA_VERSION)
-            elif found > SCHEMA_VERSION:
+            if found is not None and found > SCHEMA_VERSION:
                 raise StoreError(
                     f"event store {self.where}: schema {found} is newer than this version "
                     f"understands ({SCHEMA_VERSION})"
+                )
+            # A history of this version is left alone (an ALTER TABLE would lock the
+            # passes against the other replicas at every start).
+            for version in range(found or 1, SCHEMA_VERSION):
+                if version in MIGRATIONS:
+                    await conn.execute(MIGRATIONS[version])
+            await conn.execute(SCHEMA)
+            if found is None:
+                await conn.execute("INSERT INTO lpr_store_schema VALUES ($1)", SCHEMA_VERSION)
+            elif found < SCHEMA_VERSION:
+                await conn.execute("UPDATE lpr_store_schema SET version = $1", SCHEMA_VERSION)
+                LOG.info(
+                    "event store %s: schema %d brought up to %d", self.where, found, SCHEMA_VERSION
                 )
 
     async def _guard(self, what: str, run: Callable[[], Awaitable[T]]) -> T:
@@ -187,10 +214,11 @@ class PostgresEventStore:
             async with conn.transaction():
                 await conn.execute(
                     "INSERT INTO passes (event_id, camera, text, label, alert, first_seen, "
-                    "version, payload) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) "
+                    "version, payload, withheld) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) "
                     "ON CONFLICT (event_id) DO UPDATE SET text=excluded.text, "
                     "label=excluded.label, alert=excluded.alert, version=excluded.version, "
-                    "payload=excluded.payload WHERE excluded.version > passes.version",
+                    "payload=excluded.payload, withheld=excluded.withheld "
+                    "WHERE excluded.version > passes.version",
                     event.event_id,
                     event.camera,
                     event.text,
@@ -199,6 +227,7 @@ class PostgresEventStore:
                     first_seen,
                     event.version,
                     payload,
+                    event.withheld is not None,
                 )
                 await conn.execute(
                     "INSERT INTO versions (event_id, version, payload) VALUES ($1, $2, $3) "

@@ -1,10 +1,14 @@
 """The event history in one SQLite file (WAL), on a database thread of its own.
 
 Three tables: ``passes`` (one row per vehicle pass: its latest version's text, camera,
-known-plate label, alert flag, first-seen time and payload; ``seq`` orders the passes as
-they were stored), ``versions`` (every version's payload) and ``pictures`` (the plate crop
-and the vehicle picture of each pass, apart so that searches never read them). Indexed by
-first-seen time, camera, text and label.
+known-plate label, alert flag, withheld flag, first-seen time and payload; ``seq`` orders the
+passes as they were stored), ``versions`` (every version's payload) and ``pictures`` (the
+plate crop and the vehicle picture of each pass, apart so that searches never read them).
+Indexed by first-seen time, camera, text and label, and the reported and the withheld passes
+each by ``seq`` (partial indexes: a page of either is quick however few of them there are).
+
+Schema 2 added ``withheld`` (a file of schema 1 is migrated when opened: its passes are
+reported ones).
 
 ``synchronous=NORMAL``: a committed event survives a crash of the process; the outbox
 (``synchronous=FULL``) is where an event is made safe for delivery, this file is the
@@ -39,7 +43,12 @@ from streamer.store.base import (
 LOG = logging.getLogger(__name__)
 T = TypeVar("T")
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+#: Version -> what makes a file of that version the next one (streamer/ops/sqlite_file.py).
+MIGRATIONS = {
+    # 2: withheld passes (plate.withheld events) kept beside the reported ones.
+    1: "ALTER TABLE passes ADD COLUMN withheld INTEGER NOT NULL DEFAULT 0;",
+}
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS passes (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -50,7 +59,8 @@ CREATE TABLE IF NOT EXISTS passes (
     alert INTEGER NOT NULL DEFAULT 0,
     first_seen REAL NOT NULL,
     version INTEGER NOT NULL,
-    payload TEXT NOT NULL
+    payload TEXT NOT NULL,
+    withheld INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS versions (
     event_id TEXT NOT NULL REFERENCES passes(event_id) ON DELETE CASCADE,
@@ -67,6 +77,8 @@ CREATE INDEX IF NOT EXISTS passes_by_time ON passes(first_seen);
 CREATE INDEX IF NOT EXISTS passes_by_camera ON passes(camera, seq);
 CREATE INDEX IF NOT EXISTS passes_by_text ON passes(text);
 CREATE INDEX IF NOT EXISTS passes_by_label ON passes(label, seq);
+CREATE INDEX IF NOT EXISTS passes_reported ON passes(seq) WHERE NOT withheld;
+CREATE INDEX IF NOT EXISTS passes_withheld ON passes(seq) WHERE withheld;
 """
 
 
@@ -108,6 +120,7 @@ class SQLiteEventStore:
                 f"store schema {found} is newer than this version understands ({SCHEMA_VERSION})"
             ),
             pragmas=("secure_delete=ON", "auto_vacuum=INCREMENTAL"),
+            migrations=MIGRATIONS,
         )
 
     async def _call(self, fn: Callable[[sqlite3.Connection], T], what: str) -> T:
@@ -154,10 +167,11 @@ class SQLiteEventStore:
             try:
                 conn.execute(
                     "INSERT INTO passes (event_id, camera, text, label, alert, first_seen, "
-                    "version, payload) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
+                    "version, payload, withheld) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
                     "ON CONFLICT(event_id) DO UPDATE SET text=excluded.text, "
                     "label=excluded.label, alert=excluded.alert, version=excluded.version, "
-                    "payload=excluded.payload WHERE excluded.version > passes.version",
+                    "payload=excluded.payload, withheld=excluded.withheld "
+                    "WHERE excluded.version > passes.version",
                     (
                         event.event_id,
                         event.camera,
@@ -167,6 +181,7 @@ class SQLiteEventStore:
                         first_seen,
                         event.version,
                         payload,
+                        event.withheld is not None,
                     ),
                 )
                 conn.execute(

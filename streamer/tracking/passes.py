@@ -17,9 +17,16 @@ a still image again is not new evidence) and reports a track once, as a
 
 and only if the vote is then valid, with at least ``min_reads`` reads equal to
 it and a confidence (streamer/tracking/fusion.py: its text's probability among the valid
-plates) of at least ``min_confidence`` or a match in the known plates; a track
-that ends short of it is not reported (``unsure`` counts them). The same text is
+plates) of at least ``min_confidence`` or a match in the known plates. The same text is
 reported at most once per ``dedup_window_s`` on this camera.
+
+A track that ends (or is flushed) is decided on the evidence it has, however little,
+tentative tracks included: a valid vote short of those rules is *withheld*: a pass with
+``withheld`` set (``low_confidence``, counted in ``unsure``; ``few_reads``, counted in
+``few_reads``), not returned with the reported ones but taken with :meth:`take_withheld`;
+the service logs it and keeps it in the history as a ``plate.withheld`` event. Every
+track's end, whatever it was, is told to ``on_fate`` as a
+:class:`~streamer.tracking.plate_pass.TrackFate` (replay lists them).
 
 With ``updates`` on, a reported track goes on collecting evidence; when its
 vote changes to another text that is confident, or that it ends on, the pass
@@ -49,6 +56,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -58,7 +66,14 @@ from streamer.tracking import evidence
 from streamer.tracking.known_plates import KnownPlates, Match
 from streamer.tracking.pass_params import PassParams
 from streamer.tracking.plate_formats import PlateFormats
-from streamer.tracking.plate_pass import PassReason, PlatePass, TrackedPlate
+from streamer.tracking.plate_pass import (
+    Fate,
+    PassReason,
+    PlatePass,
+    TrackedPlate,
+    TrackFate,
+    WithheldReason,
+)
 from streamer.tracking.tracker import PlateTracker, TrackerParams
 from streamer.tracking.vote import PlateVote, VoteResult
 
@@ -99,8 +114,10 @@ class PassDetector:
     """Vehicle passes of one camera; feed it every processed frame in order.
 
     ``suppressed`` counts the passes not reported because the same text was
-    reported within ``dedup_window_s``; ``unsure`` the tracks that ended valid but
-    short of ``min_confidence``; ``corrections`` the updates reported.
+    reported within ``dedup_window_s``; ``unsure`` the passes withheld for a confidence
+    short of ``min_confidence``; ``few_reads`` those withheld for fewer than ``min_reads``
+    exact reads; ``corrections`` the updates reported. ``on_fate``, when set, is told how
+    every track ended.
     """
 
     def __init__(
@@ -120,7 +137,10 @@ class PassDetector:
         self.min_text_score = min_text_score
         self.suppressed = 0
         self.unsure = 0
+        self.few_reads = 0
         self.corrections = 0
+        self.on_fate: Callable[[TrackFate], None] | None = None
+        self._withheld: list[PlatePass] = []  # until take_withheld()
         self.last_tracked: tuple[TrackedPlate, ...] = ()
         self._tracker = PlateTracker(tracker)
         self._tracks: dict[int, _TrackState] = {}
@@ -184,9 +204,8 @@ class PassDetector:
         scores = np.array([p.det_score for p in plates], dtype=np.float64)
         update = self._tracker.update(t, boxes, scores)
 
-        for tid in update.dropped:
-            self._tracks.pop(tid, None)
-            self._done.pop(tid, None)
+        for tid in update.dropped:  # tentative tracks lost: decided on what they have
+            passes += self._end(tid, "track_ended", t)
         for det, tid in update.assignments:
             if tid not in self._done:
                 self._add_read(tid, frame, plates[det], t)
@@ -263,6 +282,7 @@ class PassDetector:
                 stopped += 1
                 if reported is not None:
                     ids.add(reported.event_id)
+                self._fate(tid, state, "erased", vote)
                 self._finish(tid, "")
         if plate is not None:
             self._last_text_t.pop(plate, None)
@@ -274,8 +294,10 @@ class PassDetector:
         return self._end_all("flush")
 
     def _end_all(self, reason: PassReason) -> list[PlatePass]:
+        """End every track, tentative ones included, in the order they started."""
+        self._tracker.flush()
         passes: list[PlatePass] = []
-        for tid in self._tracker.flush():
+        for tid in sorted(self._tracks):
             passes += self._end(tid, reason, self._t)
         self._tracks.clear()
         self._done.clear()
@@ -336,10 +358,68 @@ class PassDetector:
                 passes = self._report(tid, vote, reason, t)
             elif self._decided(vote)[0] != state.reported.text:
                 passes = self._correct(tid, vote, reason, t)
-        elif vote is not None and state.reported is None and self._read_enough(vote):
-            self.unsure += 1  # read enough, but not sure enough
+        elif vote is not None and state.reported is None and vote.valid:
+            self._withhold(tid, vote, reason, t)
+        if tid in self._tracks:  # (not finished by a report: a duplicate, updates off)
+            self._fate(tid, state, "reported" if state.reported else "no_valid_text", vote)
         self._tracks.pop(tid, None)
         return passes
+
+    def take_withheld(self) -> list[PlatePass]:
+        """The passes withheld since the last call, in the order they were decided."""
+        withheld, self._withheld = self._withheld, []
+        return withheld
+
+    def _withhold(self, tid: int, vote: VoteResult, reason: PassReason, t: float) -> None:
+        """A valid vote that ended short of the rules: withheld, unless a duplicate."""
+        state = self._tracks[tid]
+        last = self._last_text_t.get(vote.text)
+        if last is not None and t - last < self.params.dedup_window_s:
+            self.suppressed += 1
+            self._fate(tid, state, "duplicate", vote, vote.text)
+            self._finish(tid, vote.text)
+            return
+        why: WithheldReason
+        if self._read_enough(vote):
+            why = "low_confidence"
+            self.unsure += 1
+        else:
+            why = "few_reads"
+            self.few_reads += 1
+        reported = _Reported(str(uuid.uuid4()), vote.text, 1)
+        withheld = self._pass(tid, state, vote, reason, t, reported, None, None, withheld=why)
+        self._withheld.append(withheld)
+        self._fate(tid, state, "withheld", vote, why)
+        self._finish(tid, vote.text)
+
+    def _fate(
+        self,
+        tid: int,
+        state: _TrackState,
+        fate: Fate,
+        vote: VoteResult | None,
+        detail: str = "",
+    ) -> None:
+        if self.on_fate is None:
+            return
+        if state.reported is not None:
+            text = state.reported.text
+        else:
+            text = vote.text if vote is not None else state.best.text
+        self.on_fate(
+            TrackFate(
+                camera=self.camera,
+                track_id=tid,
+                fate=fate,
+                text=text,
+                confidence=vote.confidence if vote is not None else None,
+                reads=vote.reads if vote is not None else 0,
+                exact=vote.exact if vote is not None else 0,
+                first_t=state.first_t,
+                last_t=vote.last_t if vote is not None else state.first_t,
+                detail=detail,
+            )
+        )
 
     def _finish(self, tid: int, text: str) -> None:
         """The track is decided for good (as ``text``): forget it, ignore its reads until it
@@ -359,14 +439,15 @@ class PassDetector:
         last = self._last_text_t.get(text)
         if last is not None and t - last < window:
             self.suppressed += 1
+            self._fate(tid, state, "duplicate", vote, text)
             self._finish(tid, text)
             return []
         self._remember(text, t)
         reported = _Reported(str(uuid.uuid4()), text, 1)
         plate_pass = self._pass(tid, state, vote, reason, t, reported, None, match)
-        if self.params.updates:
-            state.reported = reported
-        else:
+        state.reported = reported
+        if not self.params.updates:
+            self._fate(tid, state, "reported", vote)
             self._finish(tid, text)
         return [plate_pass]
 
@@ -396,6 +477,7 @@ class PassDetector:
         reported: _Reported,
         previous_text: str | None,
         match: Match | None,
+        withheld: WithheldReason | None = None,
     ) -> PlatePass:
         return PlatePass(
             camera=self.camera,
@@ -420,4 +502,5 @@ class PassDetector:
             voted_text=vote.text if reported.text != vote.text else None,
             decided_after_s=t - state.first_t,
             char_confidence=vote.chars,
+            withheld=withheld,
         )

@@ -15,6 +15,9 @@ from streamer.tracking.known_plates import Match
 
 #: Why a pass was reported (see streamer/tracking/passes.py).
 PassReason = Literal["confident", "track_ended", "max_delay", "flush"]
+#: Why a decided pass was withheld: its confidence was under ``events.min_confidence``, or its
+#: valid text was read exactly fewer than ``events.min_reads`` times.
+WithheldReason = Literal["low_confidence", "few_reads"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,3 +77,33 @@ class PlatePass:
     decided_after_s: float = 0.0
     #: Per character of the vote's text, its fused probability.
     char_confidence: tuple[float, ...] = ()
+    #: Set when the pass is not reported but withheld (a ``plate.withheld`` event): why.
+    withheld: WithheldReason | None = None
+
+
+#: What became of a track (streamer/tracking/passes.py): ``reported`` (its pass, corrections
+#: included), ``withheld`` (a ``plate.withheld`` event), ``duplicate`` (its text was reported
+#: within ``events.dedup_window_s``), ``no_valid_text`` (no read made a valid plate),
+#: ``erased`` (stopped by an erasure).
+Fate = Literal["reported", "withheld", "duplicate", "no_valid_text", "erased"]
+
+
+@dataclass(frozen=True, slots=True)
+class TrackFate:
+    """A track's end, whatever it was (what ``python -m streamer replay`` lists).
+
+    ``text``: what was reported, else the vote's text, else the most frequent raw read
+    ("" when none); ``confidence``: the vote's (None without a vote); ``detail``: the
+    withheld reason, or the text a duplicate repeated.
+    """
+
+    camera: str
+    track_id: int
+    fate: Fate
+    text: str
+    confidence: float | None
+    reads: int
+    exact: int
+    first_t: float
+    last_t: float
+    detail: str = ""

@@ -44,10 +44,10 @@ class KnownPlateMatch(Model):
 
 
 class EventVersion(Model):
-    """One message of a pass: its first report (``plate``) or a correction
-    (``plate.updated``)."""
+    """One message of a pass: its first report (``plate``), a correction (``plate.updated``),
+    or the pass withheld (``plate.withheld``: decided, not reported)."""
 
-    type: Literal["plate", "plate.updated"]
+    type: Literal["plate", "plate.updated", "plate.withheld"]
     event_id: str
     version: int = Field(ge=1)
     camera: str
@@ -67,6 +67,12 @@ class EventVersion(Model):
     match: KnownPlateMatch | None = Field(None, exclude_if=_none)
     voted_text: str | None = Field(None, exclude_if=_none)
     alert: bool = Field(False, exclude_if=_false)
+    withheld: str | None = Field(
+        None,
+        exclude_if=_none,
+        description="A withheld pass only: why it was not reported (low_confidence: under "
+        "events.min_confidence; few_reads: read exactly fewer than events.min_reads times).",
+    )
 
 
 class Event(EventVersion):

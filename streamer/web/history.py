@@ -3,10 +3,12 @@
 * ``GET /api/events``: with a history, a search, newest first: ``plate`` (exact; with
   ``prefix=true`` its start; with ``fuzzy=true`` within one edit), ``camera``, ``after`` and
   ``before`` (first seen; ISO 8601 or Unix seconds), ``label`` (the known-plate list),
-  ``alert`` (true or false), ``limit`` and ``cursor`` (the ``next_cursor`` of the page
-  before: pages hold every event once, however many arrive while paging). Without a
-  history: the recent events, ``offset`` and ``limit``.
-* ``GET /api/events/{id}``: one pass, its latest version and every version (``versions``).
+  ``alert`` (true or false), ``withheld`` (false, the default: the reported passes; true:
+  the withheld ones, ``plate.withheld``; any: both), ``limit`` and ``cursor`` (the
+  ``next_cursor`` of the page before: pages hold every event once, however many arrive while
+  paging). Without a history: the recent events, ``offset`` and ``limit``.
+* ``GET /api/events/{id}``: one pass (withheld or not), its latest version and every version
+  (``versions``).
 * ``GET /api/events/{id}/crop.jpg`` and ``/frame.jpg``: the plate, the vehicle.
 * ``GET /api/events.csv``: the same search (every page of it, up to :data:`CSV_MAX_ROWS`)
   as CSV, one row per pass, streamed.
@@ -55,7 +57,7 @@ _PICTURE_HEADERS = {"Cache-Control": "private, max-age=86400, immutable"}
 CSV_MAX_ROWS = 100_000
 CSV_COLUMNS = (
     "event_id", "version", "camera", "text", "confidence", "first_seen", "last_seen",
-    "reads", "evidence", "reason", "label", "known_plate", "alert", "previous_text",
+    "reads", "evidence", "reason", "label", "known_plate", "alert", "previous_text", "withheld",
 )  # fmt: skip
 
 
@@ -244,6 +246,7 @@ def csv_row(payload: dict[str, Any]) -> list[Any]:
         match.get("plate", ""),
         "true" if payload.get("alert") else "false",
         payload.get("previous_text") or "",
+        payload.get("withheld") or "",
     ]
 
 
@@ -271,6 +274,7 @@ def parse_query(request: web.Request) -> EventQuery:
         before=time_param(request, "before"),
         label=q.get("label"),
         alert=bool_param(request, "alert"),
+        withheld=withheld_param(request),
         limit=int_param(request, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT),
         cursor=q.get("cursor") or None,
     )
@@ -291,6 +295,16 @@ def bool_param(request: web.Request, name: str) -> bool | None:
         return None
     if raw not in ("true", "false", "1", "0"):
         raise json_error(web.HTTPBadRequest, f"{name} must be true or false")
+    return raw in ("true", "1")
+
+
+def withheld_param(request: web.Request) -> bool | None:
+    """``withheld``: false (or absent) the reported passes, true the withheld ones, any both."""
+    raw = request.query.get("withheld", "").lower()
+    if raw == "any":
+        return None
+    if raw not in ("", "true", "false", "1", "0"):
+        raise json_error(web.HTTPBadRequest, "withheld must be true, false or any")
     return raw in ("true", "1")
 
 

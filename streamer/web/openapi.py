@@ -88,6 +88,12 @@ _SEARCH = [
     _param("before", "query", _TIME, "First seen before."),
     _param("label", "query", _string(NAME_PATTERN), "The known-plate list matched."),
     _param("alert", "query", _BOOL, "Only alerts (true), or none (false)."),
+    _param(
+        "withheld",
+        "query",
+        Schema(type="string", enum=["true", "false", "any"]),
+        "The reported passes (false, the default), the withheld ones (true), or both (any).",
+    ),
 ]
 _EVENT_ID = _param("event_id", "path", _string(EVENT_ID_PATTERN), "The event (message) id.")
 _CAMERA = _param("name", "path", _string(CAMERA_NAME_PATTERN.replace("\\Z", "$")), "Camera")

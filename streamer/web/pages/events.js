@@ -1,6 +1,7 @@
 // The events page: search the history (plate exact / prefix / fuzzy, camera, label, alert,
-// time), page through it newest first, see a pass in detail, export CSV; new events and
-// corrections arrive live (EventSource). Without a history: the recent events only.
+// reported or withheld passes, time), page through it newest first, see a pass in detail,
+// export CSV; new events and corrections arrive live (EventSource). Without a history: the
+// recent events only.
 "use strict";
 
 (() => {
@@ -8,7 +9,8 @@
   const $ = (id) => document.getElementById(id);
 
   // The search's parameters, in the page's URL and the API's query alike.
-  const PARAMS = ["plate", "prefix", "fuzzy", "camera", "label", "alert", "after", "before"];
+  const PARAMS = ["plate", "prefix", "fuzzy", "camera", "label", "alert", "withheld", "after",
+    "before"];
   const MAX_SHOWN = 200;  // live additions beyond this many rows: page one is read again
 
   const state = {
@@ -48,7 +50,7 @@
       if (mode === "prefix") query.prefix = "true";
       if (mode === "fuzzy") query.fuzzy = "true";
     }
-    for (const name of ["camera", "label", "alert"]) {
+    for (const name of ["camera", "label", "alert", "withheld"]) {
       if ($(name).value) query[name] = $(name).value;
     }
     for (const name of ["after", "before"]) {
@@ -67,7 +69,7 @@
   function queryToForm(query) {
     $("search").value = query.plate || "";
     $("mode").value = query.fuzzy === "true" ? "fuzzy" : query.prefix === "true" ? "prefix" : "exact";
-    for (const name of ["camera", "label", "alert"]) {
+    for (const name of ["camera", "label", "alert", "withheld"]) {
       ensureOption($(name), query[name]);
       $(name).value = query[name] || "";
     }
@@ -108,6 +110,14 @@
     return event.first_seen && event.first_seen.utc;
   }
 
+  function withheldWhy(event) {  // "low confidence", "few reads"; "" for a reported pass
+    return event.withheld ? String(event.withheld).replace(/_/g, " ") : "";
+  }
+
+  function withheldText(event) {
+    return "withheld: " + withheldWhy(event);
+  }
+
   function eventRow(event) {
     const crop = el("img", {
       className: "crop", src: withToken(event.crop_url), alt: "plate " + event.text,
@@ -121,13 +131,17 @@
       }, event.match.label));
     }
     if (event.alert) what.append(el("span", { className: "badge alert-badge" }, "alert"));
+    if (event.withheld) {
+      what.append(el("span", { className: "badge withheld-badge", title: "not reported" },
+        withheldText(event)));
+    }
     if (event.previous_text) {
       what.append(el("div", { className: "note-line" }, "corrected from " + event.previous_text));
     }
     const time = el("time", { className: "time", dateTime: eventTime(event) || "" },
       localTime(eventTime(event)));
     const row = el("article", {
-      className: "event" + (event.alert ? " alert" : ""),
+      className: "event" + (event.alert ? " alert" : "") + (event.withheld ? " withheld" : ""),
       tabIndex: 0,
       role: "button",
       "aria-label": event.text + ", " + event.camera + ", " + localTime(eventTime(event)),
@@ -145,6 +159,9 @@
     if (query.label && !(event.match && event.match.label === query.label)) return false;
     if (query.alert === "true" && !event.alert) return false;
     if (query.alert === "false" && event.alert) return false;
+    if (query.withheld !== "any" && Boolean(event.withheld) !== (query.withheld === "true")) {
+      return false;
+    }
     const seen = Date.parse(eventTime(event));
     if (query.after && !(seen >= Date.parse(query.after))) return false;
     if (query.before && !(seen <= Date.parse(query.before))) return false;
@@ -173,6 +190,8 @@
     $("detail-title").replaceChildren(...[el("span", { className: "plate" }, event.text),
       event.match ? el("span", { className: "label" }, event.match.label) : null,
       event.alert ? el("span", { className: "badge alert-badge" }, "alert") : null,
+      event.withheld ?
+        el("span", { className: "badge withheld-badge" }, withheldText(event)) : null,
     ].filter(Boolean));
     const frame = $("detail-frame");
     const frameUrl = withToken(event.frame_url || event.crop_url);
@@ -200,6 +219,7 @@
       " (" + event.match.distance + (event.match.distance === 1 ? " edit)" : " edits)") :
       "not on a list");
     fact(list, "alert", event.alert ? "yes" : "no");
+    if (event.withheld) fact(list, "withheld", withheldWhy(event) + " (not reported)");
     fact(list, "first seen", seenText(event.first_seen));
     fact(list, "last seen", seenText(event.last_seen));
     fact(list, "reads", event.reads);
@@ -432,7 +452,7 @@
       event.preventDefault();
       search();
     });
-    for (const id of ["mode", "camera", "label", "alert"]) {
+    for (const id of ["mode", "camera", "label", "alert", "withheld"]) {
       $(id).addEventListener("change", () => {
         if (id === "mode" && !$("search").value.trim()) return;
         search();

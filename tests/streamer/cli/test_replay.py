@@ -14,7 +14,16 @@ import pytest
 
 from converters import assets
 from streamer.cli import main as cli
-from streamer.cli.replay import calibration, calibration_markdown, load_truth, score, totals
+from streamer.cli.replay import (
+    calibration,
+    calibration_markdown,
+    confidence_curve,
+    confidence_curve_markdown,
+    load_truth,
+    markdown,
+    score,
+    totals,
+)
 from streamer.config import ConfigError
 from streamer.delivery.events import PlateEvent, Sighting
 from streamer.inference.embedded.server import EmbeddedTriton
@@ -91,6 +100,82 @@ def test_calibration_counts_right_passes_by_confidence() -> None:
     }
     table = calibration_markdown(calibration([s]))
     assert "| 0.0-0.3 | 2 | 1 | 0.50 | 0.23 |" in table and "| 0.3-0.5 | 0 | 0 | - | - |" in table
+
+
+def test_recall_on_readable_plates_counts_the_plates_read_in_two_frames() -> None:
+    events = [
+        _event("O567AM76", "a"),
+        _event("Y836XH76", "b"),
+        _event("A123BC77", "c"),  # reported though read once: correct, but not readable
+    ]
+    # O567AM76 passes twice (listed twice), read in 9 frames, reported once; Y836XH76 read
+    # in 2 frames (readable) and reported; A123BC77 read once; B840CK197 never read.
+    reads = Counter({"O567AM76": 9, "Y836XH76": 2, "A123BC77": 1, "C567AM76": 5})
+    expected = ["O567AM76", "Y836XH76", "O567AM76", "A123BC77", "B840CK197"]
+    s = score("yard", expected, events, reads, 40)
+    assert s.readable_plates == ["O567AM76", "O567AM76", "Y836XH76"]
+    assert (s.readable, s.readable_correct) == (3, 2)
+    assert s.readable_recall == pytest.approx(2 / 3)
+    assert s.recall == pytest.approx(3 / 5)
+    data = s.to_dict()
+    assert (data["readable"], data["readable_recall"]) == (3, pytest.approx(2 / 3))
+    # A clip whose plates were never read has nothing readable: no recall on readable.
+    blind = score("night", ["O567AM76"], [], Counter({"C567AM76": 4}), 20)
+    assert (blind.readable, blind.readable_recall, blind.recall) == (0, None, 0.0)
+    total = totals([s, blind])
+    assert (total["readable"], total["readable_correct"]) == (3, 2)
+    assert total["readable_recall"] == pytest.approx(2 / 3)
+    assert total["recall"] == pytest.approx(3 / 6)
+    table = markdown([s, blind], total)
+    header, rule, *rows = table.splitlines()
+    assert header.count("|") == rule.count("|") == rows[0].count("|") == rows[-1].count("|")
+    assert "| recall | readable | recall on readable |" in header
+    assert "| 0.60 | 3 | 0.67 |" in rows[0] and "| 0.00 | 0 | - |" in rows[1]
+    assert "| 0.50 | 3 | 0.67 |" in rows[-1]
+
+
+def test_the_confidence_curve_withholds_the_passes_under_each_threshold() -> None:
+    yard = score(
+        "yard",
+        ["O567AM76", "Y836XH76", "A123BC77"],
+        [
+            _event("O567AM76", "a", confidence=0.95),
+            _event("O567AM76", "b", confidence=0.6),  # a duplicate: wrong at any threshold
+            _event("Y836XH76", "c", confidence=0.35),  # right, readable
+            _event("A123BC77", "d", confidence=0.15),  # right, read once: not readable
+            _event("C567AM76", "e", confidence=0.45),  # wrong
+        ],
+        Counter({"O567AM76": 20, "Y836XH76": 3, "A123BC77": 1}),
+        40,
+    )
+    blur = score(
+        "blur", [], [_event("B840CK197", "x", camera="blur", confidence=0.2)], Counter(), 9
+    )
+    curve = confidence_curve([yard, blur], (0.0, 0.2, 0.4, 0.5, 0.99))
+    got = {
+        c["min_confidence"]: (c["passes"], c["correct"], c["withheld"], c["withheld_correct"])
+        for c in curve
+    }
+    assert got == {
+        0.0: (6, 3, 0, 0),
+        0.2: (5, 2, 1, 1),  # 0.15 (right) withheld; 0.2 kept: at least the threshold
+        0.4: (3, 1, 3, 2),
+        0.5: (2, 1, 4, 2),
+        0.99: (0, 0, 6, 3),
+    }
+    by = {c["min_confidence"]: c for c in curve}
+    assert by[0.0]["precision"] == 0.5 and by[0.0]["recall"] == 1.0
+    assert by[0.0]["readable_recall"] == 1.0  # O567AM76 and Y836XH76: both reported
+    assert by[0.2]["readable_recall"] == 1.0 and by[0.2]["recall"] == pytest.approx(2 / 3)
+    assert by[0.4]["readable_recall"] == 0.5 and by[0.4]["precision"] == pytest.approx(1 / 3)
+    assert by[0.99]["precision"] is None and by[0.99]["recall"] == 0.0
+    # Nothing listed, nothing readable: no recall at all.
+    assert confidence_curve([blur], (0.0,))[0]["recall"] is None
+    table = confidence_curve_markdown(curve, default=0.5)
+    assert "| **0.5** (default) | 2 | 1 | 0.50 | 0.33 | 0.50 | 4 | 2 |" in table
+    assert "| 0 | 6 | 3 | 0.50 | 1.00 | 1.00 | 0 | 0 |" in table
+    assert "| 0.99 | 0 | 0 | - | 0.00 | 0.00 | 6 | 3 |" in table
+    assert table.count("(default)") == 1
 
 
 def test_an_unreadable_clip_scores_by_its_events() -> None:

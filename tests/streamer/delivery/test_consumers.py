@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -91,6 +92,45 @@ async def test_a_pass_and_its_correction_are_two_signed_messages_of_one_event(
     assert (update.payload["text"], update.payload["version"]) == ("O567AM76", 2)
     assert update.payload["previous_text"] == "C567AM76"
     assert update.payload["evidence"] > first.payload["evidence"]
+
+
+async def test_a_withheld_pass_goes_only_to_the_targets_that_ask_for_it(
+    receiver: Receiver, tmp_path: Path
+) -> None:
+    events_file = tmp_path / "events.jsonl"
+    config = settings(
+        tmp_path,
+        target("all", f"{receiver.url}/all", receiver.secret, withheld=True),
+        target("plates", f"{receiver.url}/plates", receiver.secret),
+    )
+    config = config.model_copy(
+        update={"events": config.events.model_copy(update={"file": events_file})}
+    )
+    plate = make_event()
+    withheld = dataclasses.replace(make_event(), confidence=0.31, withheld="low_confidence")
+    sink = await open_sink(config, local=True)
+    try:
+        assert await sink.append(withheld) and await sink.append(plate)
+        await eventually(
+            lambda: len(receiver.delivered()) == 3 and events_file.exists(),
+            within=10,
+            what="3 POSTs",
+        )
+        await sink.wait_caught_up(10)
+        stats = {name: await sink.outbox.stats(name) for name in sink.targets}
+    finally:
+        await sink.close()
+    to_all = [r.payload for r in receiver.delivered("/hook/all")]
+    assert [(p["type"], p["event_id"]) for p in to_all] == [
+        ("plate.withheld", withheld.event_id),
+        ("plate", plate.event_id),
+    ]
+    assert to_all[0]["withheld"] == "low_confidence" and to_all[0]["confidence"] == 0.31
+    assert [r.payload["type"] for r in receiver.delivered("/hook/plates")] == ["plate"]
+    # The events file carries plates only, and no consumer is left waiting for anything.
+    lines = [json.loads(line) for line in events_file.read_text().splitlines()]
+    assert [line["event_id"] for line in lines] == [plate.event_id]
+    assert {name: s.depth for name, s in stats.items()} == dict.fromkeys(sink.targets, 0)
 
 
 KILL_CHILD = textwrap.dedent(

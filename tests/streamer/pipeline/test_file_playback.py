@@ -152,3 +152,43 @@ async def test_a_still_car_in_a_file_is_reread_and_reported(
     stats = service.cameras["yard"].pipeline.stats
     assert stats.sent == 4, stats
     assert [(e["text"], e["evidence"]) for e in events] == [("O567AM76", 1)]
+
+
+@pytest.fixture(scope="module")
+def plate_at_the_end(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The clip's last 4 s (the black car parked, the silver car gone) with the black car's
+    plate painted over but in the last 6 frames: at sample_fps 5, the last 2 sampled."""
+    graph = (
+        "[0:v]trim=start_frame=60,setpts=N/15/TB,"
+        "drawbox=x=1490:y=315:w=120:h=75:color=black@1:t=fill:enable='lt(n,54)'[out]"
+    )
+    return _encode(tmp_path_factory.mktemp("playback") / "plate_at_the_end.ts", graph)
+
+
+@needs_ffmpeg
+async def test_a_plate_read_in_the_last_two_frames_is_reported_at_the_end(
+    tmp_path: Path, plate_at_the_end: Path, triton_server
+) -> None:
+    events_file = tmp_path / "end.jsonl"
+    config = tmp_path / "end.yaml"
+    config.write_text(
+        "cameras:\n"
+        f"  - name: yard\n    url: '{plate_at_the_end}'\n    sample_fps: 5\n"
+        "    realtime: false\n    motion: {enabled: false}\n"
+        f"triton: {{url: '{triton_server.grpc_url}'}}\n"
+        f"events: {{stdout: false, file: '{events_file}'}}\n"
+        "metrics: {enabled: false}\nweb: {enabled: false}\n"
+    )
+    reads: list[tuple[float, list[str]]] = []
+    service = Service(
+        load_config(config),
+        once=True,
+        on_result=lambda r: reads.append((r.frame.pts_s, [p.text for p in r.plates])),
+    )
+    assert await asyncio.wait_for(service.run(), 600) == 0
+    events = [json.loads(line) for line in events_file.read_text().splitlines()]
+    # The recogniser read the plate in the last two frames sent, and only there.
+    read_at = [i for i, (_, texts) in enumerate(reads) if "O567AM76" in texts]
+    assert read_at == [len(reads) - 2, len(reads) - 1], reads
+    assert [(e["text"], e["reason"], e["reads"]) for e in events] == [("O567AM76", "flush", 2)]
+    assert 0.5 <= events[0]["confidence"] <= 1.0

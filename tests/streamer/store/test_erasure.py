@@ -17,17 +17,23 @@ from streamer.delivery.recent_events import RecentEvents
 from streamer.store import erasure
 from streamer.store.base import EventQuery
 from streamer.store.sqlite import SQLiteEventStore
+from streamer.tracking.plate_pass import WithheldReason
 from tests.plate_passes import a_pass
 
 PLATE = "H123XX77"
 
 
-async def _event(text: str, candidates: list[tuple[str, float]] | None = None) -> PlateEvent:
+async def _event(
+    text: str,
+    candidates: list[tuple[str, float]] | None = None,
+    withheld: WithheldReason | None = None,
+) -> PlateEvent:
     plate_pass = dataclasses.replace(
         a_pass(),
         text=text,
         event_id=str(uuid.uuid4()),
         candidates=candidates or [(text, 1.0)],
+        withheld=withheld,
     )
     return await build_event(plate_pass, 80, 320)
 
@@ -133,5 +139,36 @@ async def test_one_pass_is_erased_by_its_id(tmp_path: Path) -> None:
         assert await store.get(second.event_id) is not None
         with pytest.raises(ValueError, match="letter or digit"):
             await erasure.erase(plate=" - ", store=store, outbox=None, recent=None, trigger="t")
+    finally:
+        await store.close()
+
+
+async def test_withheld_passes_of_a_plate_are_erased_with_its_reported_ones(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "events.sqlite3"
+    store = await SQLiteEventStore.open(path)
+    try:
+        reported = await _event(PLATE)
+        unsure = await _event(PLATE, withheld="low_confidence")
+        glimpse = await _event("Y836XH76", candidates=[("Y836XH76", 0.6), (PLATE, 0.4)],
+                               withheld="few_reads")  # fmt: skip
+        other = await _event("O567AM76", withheld="few_reads")
+        for event in (reported, unsure, glimpse, other):
+            await store.add(event)
+        erased = await erasure.erase(
+            plate=PLATE.lower(), store=store, outbox=None, recent=None, trigger="test"
+        )
+        assert erased.history == 3  # the plate's text, or a candidate: withheld or not
+        for gone in (reported, unsure, glimpse):
+            assert await store.get(gone.event_id) is None
+            assert await store.crop(gone.event_id) is None
+        assert not _holds(path, PLATE)
+        remaining = await store.search(EventQuery(withheld=None))
+        assert [e.event_id for e in remaining.events] == [other.event_id]
+        erased = await erasure.erase(
+            event_id=other.event_id, store=store, outbox=None, recent=None, trigger="test"
+        )
+        assert erased.history == 1 and await store.get(other.event_id) is None
     finally:
         await store.close()

@@ -1,5 +1,6 @@
 """What the PostgreSQL backend adds: one history for several replicas (each its own store
-on the same database), and a server that cannot be reached or refuses named without its
+on the same database), a history of schema 1 brought up to date (and one newer than this
+version refused), and a server that cannot be reached or refuses named without its
 password. The interface itself is tested on both backends in test_event_store.py."""
 
 from __future__ import annotations
@@ -7,12 +8,44 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
+import asyncpg
 import pytest
 
 from streamer.config import ConfigError, StorageConfig, load_config
 from streamer.store.base import EventQuery, StoreError, open_event_store
 from tests.postgres_server import PostgresServer
-from tests.streamer.store.test_event_store import T0, _event, _texts
+from tests.streamer.store.test_event_store import T0, _event, _texts, v1_row
+
+#: The history's tables as schema 1 created them, verbatim (streamer/store/postgresql.py).
+POSTGRES_SCHEMA_1 = """
+CREATE TABLE IF NOT EXISTS lpr_store_schema (version integer NOT NULL);
+CREATE TABLE IF NOT EXISTS passes (
+    seq bigserial PRIMARY KEY,
+    event_id text NOT NULL UNIQUE,
+    camera text NOT NULL,
+    text text COLLATE "C" NOT NULL,
+    label text,
+    alert boolean NOT NULL DEFAULT false,
+    first_seen double precision NOT NULL,
+    version integer NOT NULL,
+    payload text NOT NULL
+);
+CREATE TABLE IF NOT EXISTS versions (
+    event_id text NOT NULL REFERENCES passes(event_id) ON DELETE CASCADE,
+    version integer NOT NULL,
+    payload text NOT NULL,
+    PRIMARY KEY (event_id, version)
+);
+CREATE TABLE IF NOT EXISTS pictures (
+    event_id text PRIMARY KEY REFERENCES passes(event_id) ON DELETE CASCADE,
+    crop bytea NOT NULL,
+    frame bytea
+);
+CREATE INDEX IF NOT EXISTS passes_by_time ON passes(first_seen);
+CREATE INDEX IF NOT EXISTS passes_by_camera ON passes(camera, seq);
+CREATE INDEX IF NOT EXISTS passes_by_text ON passes(text);
+CREATE INDEX IF NOT EXISTS passes_by_label ON passes(label, seq);
+"""
 
 
 async def test_two_replicas_share_one_history(postgres: PostgresServer) -> None:
@@ -39,6 +72,64 @@ async def test_two_replicas_share_one_history(postgres: PostgresServer) -> None:
     finally:
         await first.close()
         await second.close()
+
+
+async def test_a_history_of_schema_1_is_brought_up_to_date_keeping_its_passes(
+    postgres: PostgresServer,
+) -> None:
+    dsn = postgres.database()
+    old = await _event("O567AM76", at=T0)
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute(POSTGRES_SCHEMA_1)
+        await conn.execute("INSERT INTO lpr_store_schema VALUES (1)")
+        await conn.execute(
+            "INSERT INTO passes (event_id, camera, text, label, alert, first_seen, version, "
+            "payload) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+            *v1_row(old),
+        )
+        await conn.execute(
+            "INSERT INTO versions (event_id, version, payload) VALUES ($1, 1, $2)",
+            old.event_id,
+            v1_row(old)[-1],
+        )
+        await conn.execute(
+            "INSERT INTO pictures (event_id, crop, frame) VALUES ($1, $2, $3)",
+            old.event_id,
+            old.crop_jpeg,
+            old.frame_jpeg,
+        )
+    finally:
+        await conn.close()
+
+    storage = StorageConfig(backend="postgresql", dsn=dsn)
+    first = await open_event_store(storage)
+    second = await open_event_store(storage)  # another replica: nothing left to migrate
+    try:
+        for store in (first, second):
+            assert [e.event_id for e in (await store.search(EventQuery())).events] == [old.event_id]
+            assert (await store.search(EventQuery(withheld=True))).events == []
+        stored = await first.get(old.event_id)
+        assert stored is not None and stored.payload["type"] == "plate" and stored.has_frame
+        await second.add(await _event("O567AM77", at=T0 + 1, withheld="low_confidence"))
+        assert _texts((await first.search(EventQuery(withheld=True))).events) == ["O567AM77"]
+        assert _texts((await first.search(EventQuery(withheld=None))).events) == [
+            "O567AM77",
+            "O567AM76",
+        ]
+    finally:
+        await first.close()
+        await second.close()
+    conn = await asyncpg.connect(dsn)
+    try:
+        assert [r[0] for r in await conn.fetch("SELECT version FROM lpr_store_schema")] == [2]
+        rows = await conn.fetch("SELECT text, withheld FROM passes ORDER BY seq")
+        assert [tuple(r) for r in rows] == [("O567AM76", False), ("O567AM77", True)]
+        await conn.execute("UPDATE lpr_store_schema SET version = 3")  # a later version's
+    finally:
+        await conn.close()
+    with pytest.raises(StoreError, match="schema 3 is newer"):
+        await open_event_store(storage)
 
 
 async def test_a_server_that_refuses_is_named_without_the_password() -> None:

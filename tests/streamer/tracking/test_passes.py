@@ -212,6 +212,53 @@ def test_a_pass_under_min_confidence_is_withheld(min_confidence: float, reported
     assert [p.text for p in passes] == (["C567AM76"] if reported else [])
     assert [p.confidence for p in passes] == ([pytest.approx(0.4)] if reported else [])
     assert detector.unsure == (0 if reported else 1)
+    # Not silent: the withheld pass is handed on as such, once, with its confidence.
+    withheld = detector.take_withheld()
+    assert [(w.text, w.withheld, w.reason) for w in withheld] == (
+        [] if reported else [("C567AM76", "low_confidence", "flush")]
+    )
+    assert [w.confidence for w in withheld] == ([] if reported else [pytest.approx(0.4)])
+    assert detector.take_withheld() == []
+
+
+def test_every_track_ends_with_a_fate() -> None:
+    # Four tracks, 20 s apart: a plate (reported), a valid text read once (withheld: few
+    # reads), a text of no plate format, and the first plate again (a duplicate).
+    texts = (
+        ["O567AM76"] * 5
+        + [""] * 95
+        + ["B840CK197"]
+        + [""] * 99
+        + ["EO6HYO6"] * 4
+        + [""] * 96
+        + ["O567AM76"] * 5
+    )
+    detector = PassDetector(CAMERA, passes=params_with(**EVERY_READ))
+    fates = []
+    detector.on_fate = fates.append
+    passes, _ = _run(_parked(texts), detector)
+    assert [p.text for p in passes] == ["O567AM76"]
+    assert [(f.fate, f.text, f.detail) for f in fates] == [
+        ("reported", "O567AM76", ""),
+        ("withheld", "B840CK197", "few_reads"),
+        ("no_valid_text", "EO6HYO6", ""),
+        ("duplicate", "O567AM76", "O567AM76"),
+    ]
+    assert [(f.reads, f.exact) for f in fates[:2]] == [(5, 5), (1, 1)]
+    assert (detector.suppressed, detector.few_reads, detector.unsure) == (1, 1, 0)
+    [withheld] = detector.take_withheld()
+    assert (withheld.text, withheld.withheld, withheld.reason) == (
+        "B840CK197",
+        "few_reads",
+        "track_ended",
+    )
+
+
+def test_the_last_two_reads_before_the_end_are_reported() -> None:
+    # Nothing for 4 s, then the plate in the last two sampled frames: the end decides it.
+    passes, detector = _run(_parked([""] * 20 + ["B840CK197"] * 2))
+    assert [(p.text, p.reason, p.exact) for p in passes] == [("B840CK197", "flush", 2)]
+    assert detector.take_withheld() == []
 
 
 def test_a_track_ending_reports_it() -> None:

@@ -1,23 +1,28 @@
 """The API of the running service, as its users meet it: signed picture links in webhook
-payloads, the login session, the CSV export, the OpenAPI document (validated; the service is
-fuzzed against it in test_api_fuzz.py)."""
+payloads, the login session, the CSV export, withheld passes searched apart, the OpenAPI
+document (validated; the service is fuzzed against it in test_api_fuzz.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import csv
+import dataclasses
 import http.cookiejar
 import io
 import json
 import time
 import urllib.error
 import urllib.request
+import uuid
 from typing import Any
 
 import cv2
 import numpy as np
 from openapi_spec_validator import validate
 
+from streamer.delivery.events import PlateEvent, build_event
 from streamer.web.openapi import document
+from tests.plate_passes import a_pass
 from tests.streamer.web.running_service import TOKEN, RunningService
 
 BEARER = {"Authorization": f"Bearer {TOKEN}"}
@@ -135,6 +140,84 @@ def test_csv_export_holds_every_event_of_the_search(running: RunningService) -> 
     assert status == 400
 
 
+def _withheld_event() -> PlateEvent:
+    """A withheld pass of now (within the history's retention), of a plate not in the clip."""
+    base = a_pass()
+    seen = dataclasses.replace(base.first_seen, camera="yard", wall_time=time.time())
+    plate_pass = dataclasses.replace(
+        base,
+        camera="yard",
+        text="B222BB22",
+        candidates=[("B222BB22", 0.4), ("8222BB22", 0.35)],
+        confidence=0.4,
+        event_id=str(uuid.uuid4()),
+        first_seen=seen,
+        withheld="low_confidence",
+    )
+    return asyncio.run(build_event(plate_pass, 80, 320))
+
+
+def test_withheld_passes_are_searched_apart_shown_and_erased(running: RunningService) -> None:
+    store = running.service.store
+    assert store is not None
+    event = _withheld_event()
+    running.call(store.add(event))  # as the history consumer keeps one
+    base = f"{running.base}/api/events"
+
+    def ids(query: str) -> list[str]:
+        status, _, body = send(f"{base}?limit=500{query}", headers=BEARER)
+        assert status == 200, body[:300]
+        return [e["event_id"] for e in json.loads(body)["events"]]
+
+    try:
+        reported = ids("")
+        assert event.event_id not in reported and len(reported) >= 2  # by default: reported
+        assert ids("&withheld=false") == reported
+        assert event.event_id in ids("&withheld=true")
+        assert event.event_id not in ids("&withheld=true&camera=gate")
+        both = ids("&withheld=any")
+        assert event.event_id in both and set(reported) <= set(both)
+        status, _, body = send(f"{base}?withheld=true&plate=B222BB2&fuzzy=true", headers=BEARER)
+        (found,) = json.loads(body)["events"]
+        assert found["type"] == "plate.withheld" and found["withheld"] == "low_confidence"
+        assert found["crop_url"].endswith(f"/{event.event_id}/crop.jpg") and found["frame_url"]
+        for bad in ("maybe", "yes", "2"):
+            status, headers, body = send(f"{base}?withheld={bad}", headers=BEARER)
+            assert status == 400 and headers["Content-Type"].startswith("application/problem")
+            assert json.loads(body)["detail"] == "withheld must be true, false or any"
+        # One withheld pass, as any, with its versions and pictures.
+        status, _, body = send(f"{base}/{event.event_id}", headers=BEARER)
+        assert status == 200, body[:300]
+        detail = json.loads(body)
+        assert (detail["type"], detail["withheld"], detail["text"]) == (
+            "plate.withheld",
+            "low_confidence",
+            "B222BB22",
+        )
+        assert [(v["type"], v["withheld"]) for v in detail["versions"]] == [
+            ("plate.withheld", "low_confidence")
+        ]
+        status, headers, body = send(running.base + detail["frame_url"], headers=BEARER)
+        assert (
+            status == 200 and headers["Content-Type"] == "image/jpeg" and body == event.frame_jpeg
+        )
+        # The CSV export: the same search, with the reason.
+        status, _, body = send(f"{base}.csv?withheld=true&plate=B222BB22", headers=BEARER)
+        (row,) = list(csv.DictReader(io.StringIO(body.decode())))
+        assert row["event_id"] == event.event_id and row["withheld"] == "low_confidence"
+        status, _, body = send(f"{base}.csv?plate=B222BB22", headers=BEARER)
+        assert status == 200 and len(body.decode().splitlines()) == 1  # the header only
+        status, _, _ = send(f"{base}.csv?withheld=sometimes", headers=BEARER)
+        assert status == 400
+    finally:
+        # Erased as any pass (which leaves the shared service as it was).
+        status, _, body = send(f"{base}/{event.event_id}", "DELETE", headers=BEARER)
+    assert status == 200 and json.loads(body)["erased"]["history"] == 1, body
+    status, _, _ = send(f"{base}/{event.event_id}", headers=BEARER)
+    assert status == 404
+    assert event.event_id not in ids("&withheld=any")
+
+
 def test_the_openapi_document_is_valid_and_generated_from_the_models(
     running: RunningService,
 ) -> None:
@@ -145,6 +228,9 @@ def test_the_openapi_document_is_valid_and_generated_from_the_models(
     assert spec["openapi"] == "3.1.0" and spec == document(spec["info"]["version"])
     schemas = spec["components"]["schemas"]
     assert {"Event", "EventPage", "EventDetail", "Camera", "Problem"} <= set(schemas)
+    assert "plate.withheld" in schemas["EventVersion"]["properties"]["type"]["enum"]
+    search = {p["name"]: p for p in spec["paths"]["/api/events"]["get"]["parameters"]}
+    assert search["withheld"]["schema"]["enum"] == ["true", "false", "any"]
     # The answers are what the document says: an event of the API has the Event's fields.
     status, _, body = send(f"{running.base}/api/events?limit=1", headers=BEARER)
     (event,) = json.loads(body)["events"]

@@ -1,6 +1,7 @@
 """The events page in a real headless Chromium, on the running service: log in with the
 token, search (fuzzy), open an event and the picture of its vehicle, log out; at 1600 px and
-at 412 px, with the screenshots kept in test-output/test_events_page/."""
+at 412 px; withheld passes shown apart, with their reason; with the screenshots kept in
+test-output/test_events_page/."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from selenium.webdriver.support.ui import Select
 
 from converters.paths import PROJECT_ROOT
 from tests.streamer.web.running_service import TOKEN, RunningService
+from tests.streamer.web.test_api import _withheld_event
 
 ARTIFACTS = PROJECT_ROOT / "test-output" / "test_events_page"
 
@@ -145,3 +147,57 @@ def test_log_in_search_open_an_event_and_log_out(running: RunningService, chromi
         if entry["level"] == "SEVERE" and "401" not in entry["message"]
     ]
     assert severe == [], severe
+
+
+def test_withheld_passes_are_shown_apart_with_their_reason(
+    running: RunningService, chromium: Any
+) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    store = running.service.store
+    assert store is not None
+    event = _withheld_event()
+    running.call(store.add(event))
+    row = f'#results .event[data-event-id="{event.event_id}"]'
+    try:
+        chromium.set_window_size(1600, 1000)
+        chromium.get(f"{running.base}/events?token={TOKEN}")
+        plates = _until(lambda: _texts(chromium, "#results .event .plate"), 20, "the events")
+        assert "O567AM76" in plates and "B222BB22" not in plates  # by default: reported only
+        assert _texts(chromium, "#results .event.withheld") == []
+
+        Select(chromium.find_element(By.ID, "withheld")).select_by_value("true")
+        _until(lambda: _texts(chromium, row), 10, "the withheld pass")
+        assert "withheld=true" in chromium.current_url
+        shown = _texts(chromium, "#results .event")
+        assert len(_texts(chromium, "#results .event.withheld")) == len(shown)
+        assert "O567AM76" not in _texts(chromium, "#results .event .plate")
+        (tag,) = _texts(chromium, f"{row} .withheld-badge")
+        assert tag == "withheld: low confidence"
+        chromium.save_screenshot(str(ARTIFACTS / "events_withheld_1600.png"))
+
+        _click(chromium, row)
+        _until(
+            lambda: (
+                "withheld: low confidence" in chromium.find_element(By.ID, "detail").text
+                and "not reported" in chromium.find_element(By.ID, "detail-fields").text
+            ),
+            10,
+            "the withheld pass's detail",
+        )
+        chromium.find_element(By.ID, "detail-close").click()
+
+        Select(chromium.find_element(By.ID, "withheld")).select_by_value("any")
+        _until(
+            lambda: {"O567AM76", "B222BB22"} <= set(_texts(chromium, "#results .event .plate")),
+            10,
+            "both kinds of passes",
+        )
+        # Opened again from its URL: the same search, the filter shown.
+        chromium.get(f"{running.base}/events?token={TOKEN}&withheld=true")
+        _until(lambda: _texts(chromium, row), 10, "the withheld pass from the URL")
+        select = Select(chromium.find_element(By.ID, "withheld"))
+        assert select.first_selected_option.text == "withheld"
+        severe = [e for e in chromium.get_log("browser") if e["level"] == "SEVERE"]
+        assert severe == [], severe
+    finally:
+        running.call(store.erase(event_id=event.event_id))
