@@ -17,7 +17,7 @@ def test_every_variant_has_a_truth_and_every_truth_a_variant() -> None:
     assert sorted(load_truth(TRUTH)) == sorted(v.name for v in VARIANTS)
     assert len(VARIANTS) >= 12
     unreadable = [name for name, plates in load_truth(TRUTH).items() if not plates]
-    assert unreadable == ["unreadable-blur", "unreadable-tiny"]
+    assert unreadable == ["mirrored", "unreadable-blur", "unreadable-tiny"]
 
 
 def _frames(path: Path) -> int:
@@ -35,3 +35,8 @@ def test_the_cut_and_the_held_variants_have_the_frames_they_say(tmp_path: Path) 
     held = build(by_name["held-start-4s-nogate"], source, tmp_path)
     assert _frames(held) == 120 + 4 * 15  # frame 12 shown 61 times instead of once
     assert build(by_name["cut"], source, tmp_path) == cut  # built once, then reused
+    restart = build(by_name["camera-restart"], source, tmp_path)
+    with av.open(str(restart)) as container:
+        pts = [f.pts for f in container.decode(video=0)]
+    assert len(pts) == 120 and pts[25] == pts[0] < pts[24]  # time starts afresh at frame 25
+    assert not list(tmp_path.glob("*.part*"))  # its parts are gone
