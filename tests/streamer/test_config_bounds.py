@@ -450,7 +450,7 @@ async def _keep(settings: Settings, events: list[PlateEvent]) -> None:
     try:
         for event in events:
             await store.add(event)
-        found = await store.search(EventQuery(limit=MAX_LIMIT))
+        found = await store.search(EventQuery(limit=MAX_LIMIT, withheld=None))
         assert {e.event_id for e in found.events} == {e.event_id for e in events}
         now = time.time()
         retention_s = storage.retention_days * 86_400
