@@ -28,7 +28,7 @@ Beside them, what the recogniser read frame by frame (the most frequent raw read
 and how often), so that a low recall can be told apart: the recogniser never
 read the plate, or the decision rules did not take what it read. After the table,
 every track of each clip with its fate (reported, withheld and why, a duplicate of
-what, no valid text, erased): :func:`fates_markdown`.
+what, no valid text, weak, erased): :func:`fates_markdown`.
 """
 
 from __future__ import annotations
@@ -134,7 +134,7 @@ class Collector:
 
 def fates_markdown(fates: dict[str, list[TrackFate]], cameras: Iterable[str]) -> str:
     """Every track of each camera and what became of it: reported, withheld (why), a
-    duplicate (of what), no valid text, erased."""
+    duplicate (of what), no valid text, weak (low-score detections only), erased."""
     rows = [
         "| clip | track | fate | text | confidence | reads (exact) | seen (stream s) | detail |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",

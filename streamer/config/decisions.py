@@ -76,14 +76,18 @@ class TrackerConfig(Section):
         0.2, gt=0, le=1, description="Minimum box IoU to match a detection to a track."
     )
     high_score: float = Field(
-        0.4, gt=0, le=1, description="Detections at or above this score start and extend tracks."
+        0.4,
+        gt=0,
+        le=1,
+        description="Detections at or above this score start, extend and confirm tracks.",
     )
     low_score: float = Field(
         0.2,
         ge=0,
         lt=1,  # below high_score, which is at most 1
-        description="Detections between low_score and high_score only extend existing tracks "
-        "(< high_score); below low_score they are ignored.",
+        description="Detections between low_score and high_score extend tracks and start weak "
+        "ones, which only a high_score detection confirms (< high_score); below low_score they "
+        "are ignored.",
     )
     lost_track_buffer_s: float = Field(
         2.0, gt=0, le=600, description="Seconds a track survives without a matching detection."

@@ -24,7 +24,10 @@ A track that ends (or is flushed) is decided on the evidence it has, however lit
 tentative tracks included: a valid vote short of those rules is *withheld*: a pass with
 ``withheld`` set (``low_confidence``, counted in ``unsure``; ``few_reads``, counted in
 ``few_reads``), not returned with the reported ones but taken with :meth:`take_withheld`;
-the service logs it and keeps it in the history as a ``plate.withheld`` event. Every
+the service logs it and keeps it in the history as a ``plate.withheld`` event. A *weak*
+track (only low-score detections, streamer/tracking/tracker.py) is decided at its end
+too, and reported if its reads qualify, but one that falls short is no withheld pass:
+nothing but its reads said a plate was there (fate ``weak``). Every
 track's end, whatever it was, is told to ``on_fate`` as a
 :class:`~streamer.tracking.plate_pass.TrackFate` (replay lists them).
 
@@ -102,6 +105,7 @@ class _TrackState:
     best_frame: Frame
     best_weight: float
     confirmed: bool = False
+    weak: bool = True  # no high-score detection matched it (as of its latest read)
     anchor: evidence.Sample | None = None  # the last read counted as new evidence
     reported: _Reported | None = None
 
@@ -176,9 +180,10 @@ class PassDetector:
 
     @property
     def live_tracks(self) -> int:
-        """Tracks alive now, tentative ones included (the motion gate's "live track"): a
-        vehicle seen once just before it stopped is still re-read."""
-        return len(self._tracker.track_ids)
+        """Tracks alive now, tentative ones included but weak ones not (the motion gate's
+        "live track"): a vehicle seen once just before it stopped is still re-read, a
+        faint detection of the background keeps nothing sent."""
+        return sum(1 for tid in self._tracker.track_ids if not self._tracker.is_weak(tid))
 
     def update(self, result: FrameResult) -> list[PlatePass]:
         """Process one frame's reads; returns the passes decided (or corrected) at this frame."""
@@ -206,9 +211,12 @@ class PassDetector:
 
         for tid in update.dropped:  # tentative tracks lost: decided on what they have
             passes += self._end(tid, "track_ended", t)
+        weak = set(update.weak)
         for det, tid in update.assignments:
             if tid not in self._done:
                 self._add_read(tid, frame, plates[det], t)
+                if tid in self._tracks:
+                    self._tracks[tid].weak = tid in weak
         for tid in update.confirmed:
             if tid in self._tracks:
                 self._tracks[tid].confirmed = True
@@ -359,6 +367,10 @@ class PassDetector:
             elif self._decided(vote)[0] != state.reported.text:
                 passes = self._correct(tid, vote, reason, t)
         elif vote is not None and state.reported is None and vote.valid:
+            if state.weak:
+                self._fate(tid, state, "weak", vote)
+                self._tracks.pop(tid, None)
+                return []
             self._withhold(tid, vote, reason, t)
         if tid in self._tracks:  # (not finished by a report: a duplicate, updates off)
             self._fate(tid, state, "reported" if state.reported else "no_valid_text", vote)

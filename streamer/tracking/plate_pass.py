@@ -84,8 +84,9 @@ class PlatePass:
 #: What became of a track (streamer/tracking/passes.py): ``reported`` (its pass, corrections
 #: included), ``withheld`` (a ``plate.withheld`` event), ``duplicate`` (its text was reported
 #: within ``events.dedup_window_s``), ``no_valid_text`` (no read made a valid plate),
-#: ``erased`` (stopped by an erasure).
-Fate = Literal["reported", "withheld", "duplicate", "no_valid_text", "erased"]
+#: ``weak`` (a valid text short of the rules on a track of low-score detections only: not
+#: a pass, see streamer/tracking/tracker.py), ``erased`` (stopped by an erasure).
+Fate = Literal["reported", "withheld", "duplicate", "no_valid_text", "weak", "erased"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,9 +4,17 @@ Detections of one frame are associated with the live tracks in two stages, as
 in ByteTrack (Zhang et al., 2022; ``supervision.ByteTrack``): high-score
 detections first, against every live track; then low-score detections, only
 against the tracks that were matched at the previous update and are still
-unmatched. A low-score detection extends a track but never starts one, so a
-plate that fades (blur, glare, distance) keeps its track without letting
-background noise start tracks of its own. Matching is by IoU between each
+unmatched. A low-score detection extends a track, so a plate that fades (blur,
+glare, distance) keeps its track. Unlike ByteTrack, a low-score detection left
+unmatched starts a *weak* track rather than none: a plate coming from far away
+is scored low for its first frames, and those are often the frames it is read
+best in (a car driving towards the camera is read at 0.95 while the detector
+still says 0.35). A weak track is tentative until a high-score detection
+matches it, however often low ones do (``TrackerUpdate.weak``), so background
+noise scored low never confirms a track; what the caller makes of a weak
+track's reads is its own rule (streamer/tracking/passes.py reports one only on
+reads that qualify alone, and does not count it as a vehicle otherwise).
+Matching is by IoU between each
 track's constant-velocity Kalman prediction and the detections, solved with
 the Hungarian algorithm (``scipy.optimize.linear_sum_assignment``).
 
@@ -59,8 +67,9 @@ class TrackerParams:
     frames, so a low threshold tolerates jitter and dropped frames; too low
     and two adjacent plates can swap.
     ``high_score`` / ``low_score``: detections at or above ``high_score`` are
-    matched first and may start tracks; those in ``[low_score, high_score)``
-    only extend tracks; those below ``low_score`` are ignored.
+    matched first, start tracks and confirm them; those in ``[low_score,
+    high_score)`` extend tracks and start weak ones (tentative until a
+    high-score detection matches them); those below ``low_score`` are ignored.
     ``lost_track_buffer_s``: how long (stream seconds) a track survives
     unseen. Longer bridges occlusions, but a track ends (and its pass is
     decided) later.
@@ -107,7 +116,9 @@ class TrackerUpdate:
     ``ended``: confirmed tracks removed at this update (unseen for longer than
     ``lost_track_buffer_s``, or all of them when time went backwards).
     ``dropped``: tentative tracks removed at this update without ever being
-    confirmed; their earlier assignments should be forgotten.
+    confirmed.
+    ``weak``: ids among ``assignments`` whose track no high-score detection has
+    matched yet (all of them tentative).
     """
 
     assignments: list[tuple[int, int]] = field(default_factory=list)
@@ -115,6 +126,7 @@ class TrackerUpdate:
     confirmed: list[int] = field(default_factory=list)
     ended: list[int] = field(default_factory=list)
     dropped: list[int] = field(default_factory=list)
+    weak: list[int] = field(default_factory=list)
 
     def confirmed_assignments(self) -> list[tuple[int, int]]:
         """The assignments to confirmed tracks only."""
@@ -232,6 +244,7 @@ class _Track:
     hits: int = 1
     confirmed: bool = False
     tracked: bool = True  # matched at the latest update
+    strong: bool = True  # a high-score detection started or matched it
 
     def predict(self, t: float) -> None:
         self.mean, self.cov = _KalmanFilter.predict(self.mean, self.cov, t - self.t)
@@ -264,6 +277,10 @@ class PlateTracker:
 
     def is_confirmed(self, track_id: int) -> bool:
         return self._tracks[track_id].confirmed
+
+    def is_weak(self, track_id: int) -> bool:
+        """No high-score detection has matched the track yet (see the module docstring)."""
+        return not self._tracks[track_id].strong
 
     def predicted_box(self, track_id: int) -> np.ndarray:
         """The track's box (x1, y1, x2, y2) as the filter holds it at the latest update."""
@@ -306,11 +323,14 @@ class PlateTracker:
         first = _match(iou_matrix(predicted, boxes[high]), p.iou_threshold)
         matched_tracks = {r for r, _ in first}
         matches += [(int(high[c]), tracks[r]) for r, c in first]
+        for _, tr in matches:
+            tr.strong = True
         unmatched_high = sorted(set(range(len(high))) - {c for _, c in first})
 
         pool = [i for i, tr in enumerate(tracks) if i not in matched_tracks and tr.tracked]
         second = _match(iou_matrix(predicted[pool], boxes[low]), p.iou_threshold)
         matches += [(int(low[c]), tracks[pool[r]]) for r, c in second]
+        unmatched_low = sorted(set(range(len(low))) - {c for _, c in second})
 
         confirmed: list[int] = []
         matched_ids: set[int] = set()
@@ -319,7 +339,7 @@ class PlateTracker:
             tr.last_seen = t
             tr.hits += 1
             matched_ids.add(tr.track_id)
-            if not tr.confirmed and tr.hits >= p.min_hits:
+            if not tr.confirmed and tr.strong and tr.hits >= p.min_hits:
                 tr.confirmed = True
                 confirmed.append(tr.track_id)
         for tr in tracks:
@@ -331,12 +351,13 @@ class PlateTracker:
                 del self._tracks[tr.track_id]
 
         assignments = [(det, tr.track_id) for det, tr in matches]
-        for c in unmatched_high:
-            det = int(high[c])
+        starts = [(int(high[c]), True) for c in unmatched_high]
+        starts += [(int(low[c]), False) for c in unmatched_low]
+        for det, strong in starts:
             mean, cov = _KalmanFilter.initiate(_box_to_z(boxes[det]))
-            tr = _Track(self._next_id, mean, cov, t=t, last_seen=t)
+            tr = _Track(self._next_id, mean, cov, t=t, last_seen=t, strong=strong)
             self._next_id += 1
-            if p.min_hits <= 1:
+            if strong and p.min_hits <= 1:
                 tr.confirmed = True
                 confirmed.append(tr.track_id)
             self._tracks[tr.track_id] = tr
@@ -344,7 +365,8 @@ class PlateTracker:
 
         assignments.sort()
         tentative = [tid for _, tid in assignments if not self._tracks[tid].confirmed]
-        return TrackerUpdate(assignments, tentative, confirmed, ended, dropped)
+        weak = [tid for _, tid in assignments if not self._tracks[tid].strong]
+        return TrackerUpdate(assignments, tentative, confirmed, ended, dropped, weak)
 
 
 def _validate(t: float, boxes: np.ndarray, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

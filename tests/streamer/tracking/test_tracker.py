@@ -178,13 +178,43 @@ def test_a_track_rejoins_after_a_stall_with_no_frames() -> None:
 
 
 @pytest.mark.parametrize("low", [0.2, 0.25, 0.39])
-def test_low_score_detections_do_not_start_tracks(low: float) -> None:
-    tracker = PlateTracker(_params(high_score=0.4, low_score=0.2))
+def test_low_score_detections_start_weak_tracks_that_they_never_confirm(low: float) -> None:
+    tracker = PlateTracker(_params(high_score=0.4, low_score=0.2, min_hits=2))
     box = _boxes((81, 364, 135, 401))
-    for i in range(5):
+    first = tracker.update(0.0, box, _scores(low))
+    assert len(first.assignments) == 1
+    tid = first.assignments[0][1]
+    for i in range(1, 20):  # however often low-score detections match it
         update = tracker.update(i / FPS, box, _scores(low))
-        assert update.assignments == []
+        assert update.assignments == [(0, tid)]
+        assert update.tentative == update.weak == [tid]
+        assert update.confirmed == []
+    assert tracker.is_weak(tid) and not tracker.is_confirmed(tid)
+    # The first high-score detection confirms it: the same id, its earlier reads kept.
+    update = tracker.update(20 / FPS, box, _scores(0.6))
+    assert update.assignments == [(0, tid)] and update.confirmed == [tid]
+    assert update.tentative == update.weak == []
+    assert not tracker.is_weak(tid)
+
+
+def test_a_weak_track_is_dropped_unconfirmed() -> None:
+    tracker = PlateTracker(_params(high_score=0.4, low_score=0.2, lost_track_buffer_s=1.0))
+    box = _boxes((81, 364, 135, 401))
+    tid = tracker.update(0.0, box, _scores(0.3)).assignments[0][1]
+    tracker.update(0.2, box, _scores(0.3))
+    update = tracker.update(1.5, _boxes(), _scores())
+    assert update.dropped == [tid] and update.ended == []
     assert tracker.track_ids == []
+
+
+def test_a_high_score_detection_starts_a_strong_track_beside_a_weak_one() -> None:
+    tracker = PlateTracker(_params(high_score=0.4, low_score=0.2, min_hits=1))
+    boxes = _boxes((81, 364, 135, 401), (1523, 336, 1577, 369))
+    update = tracker.update(0.0, boxes, _scores(0.3, 0.6))
+    (weak_det, weak), (strong_det, strong) = update.assignments
+    assert (weak_det, strong_det) == (0, 1)
+    assert update.confirmed == [strong]  # min_hits 1 confirms a strong track at once...
+    assert update.weak == update.tentative == [weak]  # ...never a weak one
 
 
 @pytest.mark.parametrize("low", [0.2, 0.3, 0.39])
