@@ -19,6 +19,19 @@ positions give a valid plate (a ``Y836XH7`` with its last digit dropped is
 evidence for the first seven positions of ``Y836XH76``, not a plate of its
 own).
 
+Before that, the reads that are not of the track's plate are set aside: a read
+that does not share most of its characters with the track's reference text
+(normalised Levenshtein similarity not above ``SAME_PLATE_SIMILARITY``: half of
+them or more edited) is a plate seen edge-on, a sticker or another object
+matched into the track, not a doubt about this plate's characters; fused in,
+ten such reads would turn eight exact reads into a confidence of 0.1. The
+reference is the text read whose neighbourhood (the reads more similar to it
+than that) weighs most, as Frigate
+clusters reads: garbage rarely agrees with itself, so a plate read exactly in a
+few frames is the reference even among many misreads. Set-aside reads still
+count in ``reads``, ``support`` and ``candidates``; when no read is near
+another, all of them are fused.
+
 Why per position: a plate read over many frames is often misread in a
 different place in each frame (``Y836XH7Y``, ``Y83CXO76``, ``YY36XH76``):
 no two reads may agree, yet every position is right in most of them.
@@ -35,6 +48,7 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from rapidfuzz import process
 from rapidfuzz.distance import Levenshtein
 
 from streamer.domain.frames import CharProbs
@@ -49,6 +63,9 @@ MAX_TEXTS_PER_EVIDENCE = 16
 CANDIDATES = 5
 #: String lengths tried, heaviest first, for a valid fused text.
 LENGTHS_TRIED = 3
+#: Reads no more similar than this to the reference text (normalised Levenshtein
+#: similarity: half of the characters or more edited) are not fused (module docstring).
+SAME_PLATE_SIMILARITY = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,31 +109,28 @@ class VoteResult:
 
 @dataclass(slots=True)
 class _Evidence:
-    """The reads of one image: their summed weight and count per text, and per string
-    length the weighted sum of their character probabilities."""
+    """The reads of one image: their summed weight and count per text, and per text the
+    weighted sum of their character probabilities."""
 
     t: float  # stream time of its first read
     weight: float = 0.0  # its best read's weight: what the piece weighs in the vote
     texts: dict[str, float] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
-    #: length -> (summed weight, per position: character -> summed weight * probability)
-    rows: dict[int, tuple[float, list[fusion.Distribution]]] = field(default_factory=dict)
-    #: ``length_shares()`` until the next read (only the latest piece changes).
-    _shares: list[tuple[int, float, list[fusion.Distribution]]] | None = None
+    #: text -> (summed weight, per position: character -> summed weight * probability)
+    rows: dict[str, tuple[float, list[fusion.Distribution]]] = field(default_factory=dict)
 
     def add(self, text: str, weight: float, char_probs: CharProbs | None) -> None:
         if text not in self.texts and len(self.texts) >= MAX_TEXTS_PER_EVIDENCE:
             lightest = min(self.texts, key=self.texts.__getitem__)
             if self.texts[lightest] >= weight:
                 return
-            del self.texts[lightest], self.counts[lightest]
+            del self.texts[lightest], self.counts[lightest], self.rows[lightest]
         self.texts[text] = self.texts.get(text, 0.0) + weight
         self.counts[text] = self.counts.get(text, 0) + 1
         self.weight = max(self.weight, weight)
-        total, sums = self.rows.get(len(text), (0.0, [{} for _ in text]))
+        total, sums = self.rows.get(text, (0.0, [{} for _ in text]))
         fusion.add_rows(sums, fusion.rows_of(text, char_probs), max(weight, 1e-9))
-        self.rows[len(text)] = (total + max(weight, 1e-9), sums)
-        self._shares = None
+        self.rows[text] = (total + max(weight, 1e-9), sums)
 
     def shares(self) -> list[tuple[str, float]]:
         """Each text with its share of this piece's reads' weight (sums to 1)."""
@@ -125,11 +139,24 @@ class _Evidence:
             return [(text, 1.0 / len(self.texts)) for text in self.texts]
         return [(text, w / total) for text, w in self.texts.items()]
 
-    def length_shares(self) -> list[tuple[int, float, list[fusion.Distribution]]]:
-        """Per string length: its share of this piece's weight and its mean probabilities."""
+    def text_rows(
+        self, kept: set[str] | None
+    ) -> list[tuple[float, int, list[fusion.Distribution]]]:
+        """Per text in ``kept`` (None: every text): its share of this piece's weight, its
+        length and the mean probabilities of its reads. The texts of one image that are
+        the same length are summed first: one image, one distribution per length."""
         total = sum(w for w, _ in self.rows.values()) or 1.0
+        by_length: dict[int, tuple[float, list[fusion.Distribution]]] = {}
+        for text, (w, sums) in self.rows.items():
+            if kept is not None and text not in kept:
+                continue
+            acc_w, acc = by_length.get(len(text), (0.0, [{} for _ in text]))
+            for into, row in zip(acc, sums, strict=True):
+                fusion.add_row(into, row, 1.0)
+            by_length[len(text)] = (acc_w + w, acc)
         return [
-            (length, w / total, fusion.normalised(sums)) for length, (w, sums) in self.rows.items()
+            (self.weight * w / total, length, fusion.normalised(sums))
+            for length, (w, sums) in by_length.items()
         ]
 
 
@@ -221,12 +248,13 @@ class PlateVote:
         for w, text in parts:
             by_text[text] += w
 
-        # (weight, length, mean probabilities) per length of each piece.
-        rows = [
-            (e.weight * share, length, probs)
-            for e in self._evidence
-            for length, share, probs in e.length_shares()
-        ]
+        # (weight, length, mean probabilities) per length of each piece, its plate's reads only.
+        counts: dict[str, int] = defaultdict(int)
+        for e in self._evidence:
+            for text, n in e.counts.items():
+                counts[text] += n
+        kept = self._same_plate(by_text, counts)
+        rows = [row for e in self._evidence for row in e.text_rows(kept)]
         by_length: dict[int, float] = defaultdict(float)
         for w, length, _ in rows:
             by_length[length] += w
@@ -257,6 +285,26 @@ class PlateVote:
             tied=decoded.tied,
             chars=decoded.chars,
         )
+
+    @staticmethod
+    def _same_plate(by_text: dict[str, float], counts: dict[str, int]) -> set[str] | None:
+        """The texts read of the track's plate: those more than ``SAME_PLATE_SIMILARITY``
+        similar to the reference (the text whose such neighbours weigh most; earlier read
+        wins a tie). None: keep every text (one text, or no two reads near each other)."""
+        if len(by_text) < 2:
+            return None
+        texts = list(by_text)
+        near = (
+            process.cdist(texts, texts, scorer=Levenshtein.normalized_similarity)
+            > SAME_PLATE_SIMILARITY
+        )
+        weights = [by_text[t] for t in texts]
+        mass = near.astype(float) @ weights
+        ref = int(mass.argmax())
+        kept = {t for t, close in zip(texts, near[ref], strict=True) if close}
+        if sum(counts[t] for t in kept) < 2:
+            return None  # no read agrees with another: nothing tells the plate from noise
+        return kept
 
     def _fuse(
         self, rows: list[tuple[float, int, list[fusion.Distribution]]], length: int

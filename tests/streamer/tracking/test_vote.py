@@ -18,22 +18,86 @@ def _result(reads: list[tuple[str, float, float]], **kwargs: float) -> VoteResul
 
 
 @pytest.mark.parametrize(
-    ("texts", "exact", "support"),
+    ("texts", "exact", "support", "doubt"),
     [
         # Each read has at most one error, in a different place.
-        (["Y836XH7Y", "Y83CXO76", "Y836XH76", "YY36XH76"], 1, 3),
+        (["Y836XH7Y", "Y83CXO76", "Y836XH76", "YY36XH76"], 1, 3, True),
         # No read is right as a whole.
-        (["Y836XH7Y", "Y83CXH76", "YY36XH76", "Y836XO76"], 0, 4),
-        # Misreads of another length are outvoted, not mixed in.
-        (["Y836XH7Y", "Y836XH7", "Y83CXH76", "Y836XAH7O7", "YY36XH76", "O7CXHO7"], 0, 4),
+        (["Y836XH7Y", "Y83CXH76", "YY36XH76", "Y836XO76"], 0, 4, True),
+        # Misreads of another length are outvoted, not mixed in; O7CXHO7 shares too little
+        # with the plate to be fused, and what is left has one valid reading only.
+        (["Y836XH7Y", "Y836XH7", "Y83CXH76", "Y836XAH7O7", "YY36XH76", "O7CXHO7"], 0, 4, False),
     ],
 )
-def test_per_position_vote_repairs_reads(texts: list[str], exact: int, support: int) -> None:
+def test_per_position_vote_repairs_reads(
+    texts: list[str], exact: int, support: int, doubt: bool
+) -> None:
     result = _result([(text, 0.9, 0.5) for text in texts])
     assert result.text == "Y836XH76"
     assert result.valid
     assert (result.exact, result.support, result.reads) == (exact, support, len(texts))
-    assert 0.0 < result.confidence < 1.0
+    assert 0.0 < result.confidence <= 1.0
+    assert (result.confidence < 1.0) is doubt
+
+
+def _confusable(text: str, p: float) -> tuple[tuple[tuple[str, float], ...], ...]:
+    """Each character at ``p``, the rest of its mass on a confusable rival."""
+    rival = {"8": "3", "3": "8", "6": "5", "7": "1", "Y": "V", "X": "K", "H": "M"}
+    return tuple(((c, p), (rival.get(c, "0" if c.isalpha() else "O"), 1 - p)) for c in text)
+
+
+def _plate_then_edge_on() -> PlateVote:
+    """A plate read exactly in eight frames, then seen edge-on as it turns away: ten reads
+    that share at most half of their characters with it."""
+    edge_on = ["O71YY76", "O76YYO6", "O776CO76", "O77HHO76", "O76KO76", "A332HO76"] * 2
+    vote = PlateVote(PlateFormats())
+    for i in range(8):
+        vote.add("Y836XH76", 0.95, 0.5, t=100.0 + i / 5, char_probs=_confusable("Y836XH76", 0.95))
+    for i, text in enumerate(edge_on[:10]):
+        vote.add(text, 0.9, 0.4, t=102.0 + i / 5, char_probs=_confusable(text, 0.9))
+    return vote
+
+
+def test_reads_of_something_else_do_not_dilute_the_plate(monkeypatch: pytest.MonkeyPatch) -> None:
+    alone = PlateVote(PlateFormats())
+    for i in range(8):
+        alone.add("Y836XH76", 0.95, 0.5, t=100.0 + i / 5, char_probs=_confusable("Y836XH76", 0.95))
+    plate = alone.result()
+    result = _plate_then_edge_on().result()
+    assert plate is not None and result is not None
+    assert (result.text, result.exact, result.reads) == ("Y836XH76", 8, 18)
+    # Set aside, the edge-on reads leave the plate the confidence its own reads give...
+    assert result.confidence == pytest.approx(plate.confidence)
+    assert result.confidence > 0.5  # (the default events.min_confidence)
+    # ...and they are still what was read: listed among the candidates.
+    assert "O71YY76" in dict(result.candidates)
+    # Fused in (every read taken as of the plate), they would pull it under the threshold.
+    monkeypatch.setattr("streamer.tracking.vote.SAME_PLATE_SIMILARITY", -1.0)
+    diluted = _plate_then_edge_on().result()
+    assert diluted is not None and diluted.text == "Y836XH76"
+    assert diluted.confidence < 0.5 * plate.confidence
+
+
+def test_a_plate_read_often_stays_the_reference_among_diverse_misreads() -> None:
+    # The plate in three frames, eleven different misreads that agree with nothing: the
+    # plate's neighbourhood weighs most, so it is what the reads are judged against.
+    misreads = [
+        "A1B2C3",
+        "K77HOYO86",
+        "OO0OO",
+        "T4T4T4T",
+        "M123MM",
+        "XXX999",
+        "B5",
+        "E8E8E8E8E8",
+        "P0P0",
+        "H7777",
+        "C98C",
+    ]
+    reads = [("Y836XH76", 0.9, 0.5)] * 3 + [(m, 0.9, 0.5) for m in misreads]
+    result = _result(reads)
+    assert (result.text, result.exact) == ("Y836XH76", 3)
+    assert result.confidence == pytest.approx(1.0)
 
 
 def test_a_character_no_format_allows_costs_no_confidence() -> None:
