@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
-import subprocess
 import threading
 from pathlib import Path
 
@@ -20,7 +19,6 @@ import numpy as np
 import pytest
 from prometheus_client import generate_latest
 
-from converters import assets
 from streamer.app import Service
 from streamer.config import MotionConfig, load_config
 from streamer.domain.frames import Frame
@@ -28,12 +26,12 @@ from streamer.inference.embedded.server import EmbeddedTriton
 from streamer.ingest.frame_queue import FrameQueue
 from streamer.ingest.motion import MotionDetector, MotionGate, TrackSignal, small_gray
 from streamer.ingest.source import CameraSource
-from tests.footage import sample_times
+from tests.footage import YARD_CLIP, YARD_FPS, encode_yard, sample_times
 
 FRAME = (1920, 1080)  # the frame the synthetic 320x180 images stand for
 SMALL = (180, 320)
 DEFAULTS = {"threshold": 20, "min_area": 0.0005}  # the config's defaults (MotionConfig)
-FPS = 15  # yard_cam.ts
+FPS = YARD_FPS
 
 
 def _scene(seed: int = 1) -> np.ndarray:
@@ -218,27 +216,18 @@ def test_gate_treats_time_going_back_as_a_new_stretch() -> None:
 
 # --------------------------------------------------------------------------- real footage
 
-CLIP = assets.verify(assets.asset("yard_cam.ts"), assets.default_assets_dir())
+CLIP = YARD_CLIP
 needs_ffmpeg = pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="needs Debian's ffmpeg")
 
 
 #: libx264, a keyframe a second, close to the source's quality; mpegts like the cameras' clips.
-_ENCODE = ["-c:v", "libx264", "-preset", "ultrafast", "-crf", "18", "-g", "30"]
-
-
-def _ffmpeg(out: Path, graph: str) -> Path:
-    """``CLIP`` through the filter ``graph`` (its output pad ``[out]``), encoded to ``out``."""
-    command = ["ffmpeg", "-v", "error", "-y", "-i", str(CLIP), "-filter_complex", graph]
-    command += ["-map", "[out]", "-r", str(FPS), *_ENCODE, "-pix_fmt", "yuv420p"]
-    subprocess.run([*command, "-f", "mpegts", str(out)], check=True, timeout=120)
-    return out
 
 
 @pytest.fixture(scope="module")
 def frozen_then_moving(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The clip's first frame held for 3 s, then the clip's first 1.4 s (the car moves)."""
     out = tmp_path_factory.mktemp("motion") / "frozen_then_moving.ts"
-    return _ffmpeg(out, "[0:v]tpad=start_mode=clone:start_duration=3,trim=end=4.4[out]")
+    return encode_yard(out, "[0:v]tpad=start_mode=clone:start_duration=3,trim=end=4.4[out]")
 
 
 def _sample_times(path: Path, fps: float = 5) -> list[float]:
@@ -436,7 +425,7 @@ def still_then_clip(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "[still][clip]concat=n=2:v=1:a=0[out]"
     )
     out = tmp_path_factory.mktemp("motion") / "still_then_clip.ts"
-    return _ffmpeg(out, graph)
+    return encode_yard(out, graph)
 
 
 async def _run_service(

@@ -11,32 +11,23 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from converters import assets
 from streamer.app import Service
 from streamer.config import load_config
 from tests.conftest import SpareTriton
+from tests.footage import YARD_CLIP, YARD_FPS, encode_yard
 
-CLIP = assets.verify(assets.asset("yard_cam.ts"), assets.default_assets_dir())
-FPS = 15  # yard_cam.ts
+CLIP = YARD_CLIP
+FPS = YARD_FPS
 #: x264 as tests/streamer/tracking/test_still_vehicle.py encodes held frames.
-_ENCODE = ["-c:v", "libx264", "-preset", "ultrafast", "-crf", "18", "-g", "30"]
 #: The paused Triton runs ``RUN_S`` in every ``RUN_S + PAUSE_S``: ten times slower at most.
 RUN_S, PAUSE_S = 0.03, 0.27
 
 needs_ffmpeg = pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="needs Debian's ffmpeg")
-
-
-def _encode(out: Path, graph: str) -> Path:
-    command = ["ffmpeg", "-v", "error", "-y", "-i", str(CLIP), "-filter_complex", graph]
-    command += ["-map", "[out]", "-r", str(FPS), *_ENCODE, "-pix_fmt", "yuv420p"]
-    subprocess.run([*command, "-f", "mpegts", str(out)], check=True, timeout=120)
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +36,7 @@ def pass_then_still(tmp_path_factory: pytest.TempPathFactory) -> Path:
     45 held 3 s: a still scene with a parked car in view, as at a barrier."""
     graph = f"[0:v]loop=loop={3 * FPS}:size=1:start=45,trim=end_frame={46 + 3 * FPS}"
     graph += f",setpts=N/{FPS}/TB[out]"
-    return _encode(tmp_path_factory.mktemp("playback") / "pass_then_still.ts", graph)
+    return encode_yard(tmp_path_factory.mktemp("playback") / "pass_then_still.ts", graph)
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +44,7 @@ def still_car(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The clip's frame 48 held 4 s: the black car stands still, nothing moves."""
     graph = f"[0:v]trim=start_frame=48:end_frame=49,loop=loop={4 * FPS - 1}:size=1:start=0"
     graph += f",setpts=N/{FPS}/TB[out]"
-    return _encode(tmp_path_factory.mktemp("playback") / "still_car.ts", graph)
+    return encode_yard(tmp_path_factory.mktemp("playback") / "still_car.ts", graph)
 
 
 def _processes(pid: int) -> list[int]:
@@ -162,7 +153,7 @@ def plate_at_the_end(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "[0:v]trim=start_frame=60,setpts=N/15/TB,"
         "drawbox=x=1490:y=315:w=120:h=75:color=black@1:t=fill:enable='lt(n,54)'[out]"
     )
-    return _encode(tmp_path_factory.mktemp("playback") / "plate_at_the_end.ts", graph)
+    return encode_yard(tmp_path_factory.mktemp("playback") / "plate_at_the_end.ts", graph)
 
 
 @needs_ffmpeg

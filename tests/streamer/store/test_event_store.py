@@ -311,6 +311,8 @@ async def test_withheld_passes_are_kept_apart_and_found_when_asked_for(
 
 
 #: The history's tables as schema 1 created them, verbatim (streamer/store/sqlite.py).
+#: A frozen copy on purpose, not an import: the migration must keep reading what old
+#: releases wrote, whatever the module's own DDL becomes.
 SQLITE_SCHEMA_1 = """
 CREATE TABLE IF NOT EXISTS passes (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,

@@ -17,6 +17,8 @@ from tests.postgres_server import PostgresServer
 from tests.streamer.store.test_event_store import T0, _event, _texts, v1_row
 
 #: The history's tables as schema 1 created them, verbatim (streamer/store/postgresql.py).
+#: A frozen copy on purpose, not an import: the migration must keep reading what old
+#: releases wrote, whatever the module's own DDL becomes.
 POSTGRES_SCHEMA_1 = """
 CREATE TABLE IF NOT EXISTS lpr_store_schema (version integer NOT NULL);
 CREATE TABLE IF NOT EXISTS passes (

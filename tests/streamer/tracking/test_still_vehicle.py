@@ -18,18 +18,17 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from converters import assets
 from streamer.app import Service
 from streamer.config import load_config
 from streamer.inference.embedded.server import EmbeddedTriton
+from tests.footage import YARD_CLIP, YARD_FPS, encode_yard
 
-CLIP = assets.verify(assets.asset("yard_cam.ts"), assets.default_assets_dir())
-FPS = 15
+CLIP = YARD_CLIP
+FPS = YARD_FPS
 PLATES = ["O567AM76", "Y836XH76"]
 #: name -> (frame held, seconds).
 VARIANTS = {
@@ -44,11 +43,7 @@ pytestmark = pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="needs De
 def _held(out: Path, frame: int, seconds: float) -> Path:
     """``CLIP`` with ``frame`` repeated for ``seconds``, re-encoded (libx264, mpegts)."""
     graph = f"[0:v]loop=loop={round(seconds * FPS)}:size=1:start={frame},setpts=N/{FPS}/TB[out]"
-    command = ["ffmpeg", "-v", "error", "-y", "-i", str(CLIP), "-filter_complex", graph]
-    command += ["-map", "[out]", "-r", str(FPS), "-c:v", "libx264", "-preset", "ultrafast"]
-    command += ["-crf", "18", "-g", "30", "-pix_fmt", "yuv420p", "-f", "mpegts", str(out)]
-    subprocess.run(command, check=True, timeout=120)
-    return out
+    return encode_yard(out, graph)
 
 
 async def _events(tmp_path: Path, clip: Path, triton: EmbeddedTriton) -> list[dict]:
