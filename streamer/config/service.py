@@ -45,6 +45,20 @@ class WebConfig(Section):
         description="Seconds a browser stays logged in after the login page took the token "
         "(an HttpOnly session cookie); sessions end on logout and on a restart.",
     )
+    auth_failures_burst: int = Field(
+        10,
+        ge=1,
+        le=10_000,
+        description="Wrong tokens (header, ?token=, login) one client address may send "
+        "within auth_failures_window_s; beyond, its requests that need the token are "
+        "answered 429 with Retry-After until the oldest failure is that old.",
+    )
+    auth_failures_window_s: float = Field(
+        60.0,
+        gt=0,
+        le=86_400,
+        description="The sliding window of auth_failures_burst, in seconds.",
+    )
     link_ttl_s: float = Field(
         7 * 86_400.0,
         ge=1,

@@ -68,6 +68,7 @@ from streamer.web.api_models import (
     Shards,
     dump,
 )
+from streamer.web.auth_limits import FailureLimiter
 from streamer.web.errors import PROBLEM, json_error, problem_text, problems
 from streamer.web.feed import JPEG_QUALITY, CameraFeed, Pace
 from streamer.web.history import HistoryRoutes
@@ -114,6 +115,7 @@ class WebServer:
         #: Checks the signed picture links of webhook payloads (None: no link answers).
         self.links = links
         self.sessions = Sessions(config.session_ttl_s)
+        self.limiter = FailureLimiter(config.auth_failures_burst, config.auth_failures_window_s)
         self._feeds: dict[str, CameraFeed] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._closing = asyncio.Event()
@@ -144,11 +146,11 @@ class WebServer:
     # -- life cycle -----------------------------------------------------------------------
 
     def app(self) -> web.Application:
-        guard = auth.guard(self._token, self.sessions.admits, self.links)
+        guard = auth.guard(self._token, self.sessions.admits, self.links, self.limiter)
         app = web.Application(middlewares=[problems, guard], client_max_size=2 * MAX_SDP_CHARS)
         app.on_response_prepare.append(auth.security_headers)
         pages.add_to(app.router)
-        SessionRoutes(self._token, self.sessions).add_to(app.router)
+        SessionRoutes(self._token, self.sessions, self.limiter).add_to(app.router)
         app.router.add_get("/api/openapi.json", self._openapi)
         app.router.add_get("/api/info", self._info)
         app.router.add_get("/api/shards", self._shards)

@@ -23,6 +23,7 @@ from pydantic import ValidationError
 
 from streamer.web.api_models import Login, SessionState, dump
 from streamer.web.auth import same_origin
+from streamer.web.auth_limits import FailureLimiter, client_of
 from streamer.web.errors import PROBLEM, json_error, problem_text
 
 COOKIE = "lpr_session"
@@ -75,9 +76,12 @@ class Sessions:
 class SessionRoutes:
     """``POST`` and ``DELETE /api/session`` (see the module docstring)."""
 
-    def __init__(self, token: str | None, sessions: Sessions) -> None:
+    def __init__(
+        self, token: str | None, sessions: Sessions, limiter: FailureLimiter | None = None
+    ) -> None:
         self.token = token
         self.sessions = sessions
+        self.limiter = limiter
 
     def add_to(self, router: web.UrlDispatcher) -> None:
         router.add_get("/api/session", self.state)
@@ -96,9 +100,14 @@ class SessionRoutes:
             raise json_error(web.HTTPNotFound, "this server has no token: there is no login")
         if not same_origin(request):  # no page of another site logs the browser in
             raise json_error(web.HTTPForbidden, "a page of another origin may not log in")
+        client = client_of(request)
+        if self.limiter is not None:
+            self.limiter.refuse(client)  # 429 while this client is over its failures
         supplied = await _supplied_token(request)
         # (surrogatepass: JSON may carry a lone surrogate, which plain UTF-8 cannot encode)
         if not hmac.compare_digest(supplied.encode("utf-8", "surrogatepass"), self.token.encode()):
+            if self.limiter is not None:
+                self.limiter.failed(client)
             raise json_error(web.HTTPUnauthorized, "this is not the token")
         response = web.Response(status=204)
         response.set_cookie(
