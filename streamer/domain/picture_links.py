@@ -23,6 +23,7 @@ import hashlib
 import hmac
 import math
 import os
+import re
 import secrets
 import time
 from dataclasses import dataclass
@@ -34,6 +35,8 @@ Picture = Literal["crop", "frame"]
 PICTURES: tuple[Picture, ...] = ("crop", "frame")
 #: Bytes of a key this service creates.
 KEY_BYTES = 32
+#: A link's ``expires``: Unix seconds, ASCII digits.
+_EXPIRES = re.compile(r"[0-9]{1,12}")
 
 
 def picture_path(event_id: str, picture: Picture) -> str:
@@ -79,7 +82,8 @@ class PictureLinks:
 
     def check(self, path: str, expires: str, sig: str, now: float | None = None) -> None:
         """Return when the link opens ``path``; raise :class:`LinkRefusedError` otherwise."""
-        if not expires.isdigit() or len(expires) > 12:
+        # ASCII digits only: str.isdigit() also takes "²", which int() refuses.
+        if _EXPIRES.fullmatch(expires) is None:
             raise LinkRefusedError("this picture link is not valid")
         expected = self._sign(path, int(expires))
         if not hmac.compare_digest(expected.encode(), sig.encode("utf-8", "replace")):

@@ -19,6 +19,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -37,6 +38,8 @@ MAX_LIMIT = 500
 FUZZY_DISTANCE = 1
 #: Beyond the highest character of a plate text: the upper end of a prefix range.
 _PREFIX_END = "\U0010ffff"
+#: What a cursor decodes to: ``s`` and a sequence number in ASCII digits.
+_CURSOR = re.compile(r"s[0-9]{1,19}")
 
 
 class StoreError(Exception):
@@ -94,9 +97,12 @@ def encode_cursor(seq: int) -> str:
 def decode_cursor(cursor: str) -> int:
     try:
         text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        if not text.startswith("s"):
+        if _CURSOR.fullmatch(text) is None:
             raise ValueError(text)
-        return int(text[1:])
+        seq = int(text[1:])
+        if seq >= 2**63:  # no database integer holds it: no cursor of ours
+            raise ValueError(text)
+        return seq
     except (ValueError, binascii.Error, UnicodeDecodeError):
         raise CursorError(f"not a cursor of this service: {cursor[:40]!r}") from None
 

@@ -6,12 +6,21 @@
   const { el } = window.LPR;
   const $ = (id) => document.getElementById(id);
 
-  // Where to go once logged in: ?next= when it is a path of this site ("/..." but not
-  // "//host" or "/\host", which browsers read as another site), else the events page.
+  // Where to go once logged in: ?next= when it names a page of this origin, else the events
+  // page. It is resolved as the browser would resolve it (URL drops tabs and newlines and
+  // reads a backslash as "/"), so "//host", "/<backslash>host" or "/<tab>/host" are another
+  // origin and refused; only a path starting with "/" is taken ("javascript:" is not).
   function nextPage() {
     const next = new URLSearchParams(location.search).get("next") || "";
-    if (next.startsWith("/") && !next.startsWith("//") && !next.startsWith("/\\")) return next;
-    return "/events";
+    if (!next.startsWith("/")) return "/events";
+    let url;
+    try {
+      url = new URL(next, location.origin);
+    } catch (error) {
+      return "/events";
+    }
+    if (url.origin !== location.origin || url.pathname.startsWith("//")) return "/events";
+    return url.pathname + url.search + url.hash;
   }
 
   async function detailOf(response) {
