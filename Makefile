@@ -56,11 +56,12 @@ $(STAMPS)/triton-env: Makefile
 
 # Debian packages: libpython3.11 for the Triton Python-backend stub; GStreamer's
 # RTSP server (tests serve the clip over real RTSP), ffmpeg (benchmarks),
-# Chromium and its driver (tests drive the live view in a real browser), Mosquitto (MQTT)
-# and PostgreSQL (the shared history): tests start their own servers on loopback.
+# Chromium and its driver (tests drive the live view in a real browser), Mosquitto (MQTT),
+# PostgreSQL (the shared history) and nginx (a reverse proxy in front of the web view):
+# tests start their own servers on loopback.
 APT_PACKAGES := libpython3.11 gstreamer1.0-rtsp gir1.2-gst-rtsp-server-1.0 python3-gi \
 	gstreamer1.0-plugins-good gstreamer1.0-plugins-bad gstreamer1.0-libav ffmpeg \
-	chromium chromium-driver mosquitto mosquitto-clients postgresql
+	chromium chromium-driver mosquitto mosquitto-clients postgresql nginx-light
 # prometheus only for its promtool (tests check a /metrics scrape with it): without its
 # recommended node exporter, and its server is stopped and disabled where systemd runs.
 PROMTOOL_PACKAGE := prometheus

@@ -21,6 +21,18 @@ async def until(predicate: Callable[[], bool], timeout_s: float, what: str) -> f
     return time.monotonic() - start
 
 
+def until_value(check: Callable[[], Any], timeout_s: float, what: str) -> Any:
+    """The first truthy ``check()``, polled from a thread that may block (a browser driver);
+    fails naming ``what`` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = check()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
 def get_json(url: str) -> tuple[int, dict[str, Any]]:
     """Status and JSON body of a GET (error statuses included)."""
     try:

@@ -6,7 +6,6 @@ test-output/test_events_page/."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import Any
 
 from selenium.common.exceptions import StaleElementReferenceException
@@ -14,20 +13,11 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select
 
 from converters.paths import PROJECT_ROOT
+from tests.polling import until_value
 from tests.streamer.web.running_service import TOKEN, RunningService
 from tests.streamer.web.test_api import _withheld_event
 
 ARTIFACTS = PROJECT_ROOT / "test-output" / "test_events_page"
-
-
-def _until(check: Callable[[], Any], timeout_s: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = check()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
 
 
 def _texts(driver: Any, selector: str) -> list[str]:
@@ -66,22 +56,22 @@ def test_log_in_search_open_an_event_and_log_out(running: RunningService, chromi
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     chromium.set_window_size(1600, 1000)
     chromium.get(f"{running.base}/events")
-    _until(lambda: "/login" in chromium.current_url, 10, "the login page")
+    until_value(lambda: "/login" in chromium.current_url, 10, "the login page")
     chromium.find_element(By.ID, "token").send_keys("not the token")
     chromium.find_element(By.ID, "login").click()
-    _until(lambda: chromium.find_element(By.ID, "login-error").text, 10, "the refusal")
+    until_value(lambda: chromium.find_element(By.ID, "login-error").text, 10, "the refusal")
     chromium.find_element(By.ID, "token").clear()
     chromium.find_element(By.ID, "token").send_keys(TOKEN)
     chromium.find_element(By.ID, "login").click()
-    _until(lambda: chromium.current_url.endswith("/events"), 10, "the events page")
+    until_value(lambda: chromium.current_url.endswith("/events"), 10, "the events page")
     assert TOKEN not in chromium.current_url
     # The cookie the browser holds is out of the scripts' reach.
     assert "lpr_session" not in chromium.execute_script("return document.cookie;")
-    plates = _until(lambda: _texts(chromium, "#results .event .plate"), 20, "the events")
+    plates = until_value(lambda: _texts(chromium, "#results .event .plate"), 20, "the events")
     assert {"O567AM76", "Y836XH76"} <= set(plates)
     (alert,) = _texts(chromium, "#results .event.alert")
     assert "O567AM76" in alert and "staff" in alert
-    health = _until(lambda: " ".join(_texts(chromium, "#health li")), 10, "camera health")
+    health = until_value(lambda: " ".join(_texts(chromium, "#health li")), 10, "camera health")
     assert "yard" in health and "frames/s" in health
     chromium.save_screenshot(str(ARTIFACTS / "events_1600.png"))
 
@@ -90,7 +80,7 @@ def test_log_in_search_open_an_event_and_log_out(running: RunningService, chromi
     box.send_keys("O567AM7")
     Select(chromium.find_element(By.ID, "mode")).select_by_value("fuzzy")
     chromium.find_element(By.ID, "search-button").click()
-    _until(
+    until_value(
         lambda: _texts(chromium, "#results .event .plate") == ["O567AM76"],
         10,
         "the fuzzy search's one result",
@@ -99,7 +89,7 @@ def test_log_in_search_open_an_event_and_log_out(running: RunningService, chromi
 
     # The event, and the picture of its vehicle.
     _click(chromium, "#results .event")
-    detail = _until(
+    detail = until_value(
         lambda: (
             chromium.find_element(By.ID, "detail").get_attribute("open") is not None
             and chromium.find_element(By.ID, "detail")
@@ -107,7 +97,7 @@ def test_log_in_search_open_an_event_and_log_out(running: RunningService, chromi
         10,
         "the event's detail",
     )
-    width = _until(
+    width = until_value(
         lambda: chromium.execute_script(
             "const i = document.getElementById('detail-frame');"
             "return i && i.complete ? i.naturalWidth : 0;"
@@ -118,7 +108,7 @@ def test_log_in_search_open_an_event_and_log_out(running: RunningService, chromi
     assert width > 100 and "O567AM76" in detail.text
     chromium.save_screenshot(str(ARTIFACTS / "event_detail_1600.png"))
     chromium.find_element(By.ID, "detail-close").click()
-    _until(
+    until_value(
         lambda: chromium.find_element(By.ID, "detail").get_attribute("open") is None,
         5,
         "the detail to close",
@@ -127,20 +117,20 @@ def test_log_in_search_open_an_event_and_log_out(running: RunningService, chromi
     # A phone's width: everything fits, nothing scrolls sideways.
     chromium.set_window_size(412, 900)
     chromium.get(f"{running.base}/events")
-    _until(lambda: _texts(chromium, "#results .event .plate"), 20, "the events at 412 px")
+    until_value(lambda: _texts(chromium, "#results .event .plate"), 20, "the events at 412 px")
     assert not _overflows(chromium)
     chromium.save_screenshot(str(ARTIFACTS / "events_412.png"))
     chromium.get(f"{running.base}/")
-    _until(lambda: " ".join(_texts(chromium, "body")).count("yard"), 20, "the live view")
+    until_value(lambda: " ".join(_texts(chromium, "body")).count("yard"), 20, "the live view")
     assert not _overflows(chromium)
     chromium.save_screenshot(str(ARTIFACTS / "live_412.png"))
 
     logout = chromium.find_element(By.ID, "logout")
     assert logout.text == "Log out"
     logout.click()
-    _until(lambda: "/login" in chromium.current_url, 10, "the login page after logout")
+    until_value(lambda: "/login" in chromium.current_url, 10, "the login page after logout")
     chromium.get(f"{running.base}/events")
-    _until(lambda: "/login" in chromium.current_url, 10, "no way back in without the token")
+    until_value(lambda: "/login" in chromium.current_url, 10, "no way back in without the token")
     severe = [
         entry
         for entry in chromium.get_log("browser")
@@ -161,12 +151,12 @@ def test_withheld_passes_are_shown_apart_with_their_reason(
     try:
         chromium.set_window_size(1600, 1000)
         chromium.get(f"{running.base}/events?token={TOKEN}")
-        plates = _until(lambda: _texts(chromium, "#results .event .plate"), 20, "the events")
+        plates = until_value(lambda: _texts(chromium, "#results .event .plate"), 20, "the events")
         assert "O567AM76" in plates and "B222BB22" not in plates  # by default: reported only
         assert _texts(chromium, "#results .event.withheld") == []
 
         Select(chromium.find_element(By.ID, "withheld")).select_by_value("true")
-        _until(lambda: _texts(chromium, row), 10, "the withheld pass")
+        until_value(lambda: _texts(chromium, row), 10, "the withheld pass")
         assert "withheld=true" in chromium.current_url
         shown = _texts(chromium, "#results .event")
         assert len(_texts(chromium, "#results .event.withheld")) == len(shown)
@@ -176,7 +166,7 @@ def test_withheld_passes_are_shown_apart_with_their_reason(
         chromium.save_screenshot(str(ARTIFACTS / "events_withheld_1600.png"))
 
         _click(chromium, row)
-        _until(
+        until_value(
             lambda: (
                 "withheld: low confidence" in chromium.find_element(By.ID, "detail").text
                 and "not reported" in chromium.find_element(By.ID, "detail-fields").text
@@ -187,14 +177,14 @@ def test_withheld_passes_are_shown_apart_with_their_reason(
         chromium.find_element(By.ID, "detail-close").click()
 
         Select(chromium.find_element(By.ID, "withheld")).select_by_value("any")
-        _until(
+        until_value(
             lambda: {"O567AM76", "B222BB22"} <= set(_texts(chromium, "#results .event .plate")),
             10,
             "both kinds of passes",
         )
         # Opened again from its URL: the same search, the filter shown.
         chromium.get(f"{running.base}/events?token={TOKEN}&withheld=true")
-        _until(lambda: _texts(chromium, row), 10, "the withheld pass from the URL")
+        until_value(lambda: _texts(chromium, row), 10, "the withheld pass from the URL")
         select = Select(chromium.find_element(By.ID, "withheld"))
         assert select.first_selected_option.text == "withheld"
         severe = [e for e in chromium.get_log("browser") if e["level"] == "SEVERE"]
