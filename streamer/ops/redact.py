@@ -1,11 +1,13 @@
 """The one redaction rule: what of a URL or a text may be shown (logs, metrics, API, UI).
 
 A URL keeps its scheme, host, path and the names of its query parameters; its user and
-password, and the values of query parameters whose name looks secret (``token``, ``password``,
-``api_key``, ``sig``...), become ``***``. A URL whose authority cannot be told apart safely (an
-unencoded ``@`` in its path, query or fragment: a password with a ``/`` in it, say) is masked
-whole after the scheme. Free text (an exception message, a library's log line) gets the same
-treatment for every URL it quotes.
+password, the values of query parameters whose name looks secret (``token``, ``password``,
+``api_key``, ``sig``...), and every path segment or query value that looks like a key
+(:func:`token_like`: 16 characters or more of letters and digits mixed, as in a Slack or
+Discord webhook's path or an Azure function's ``?code=``), become ``***``. A URL whose
+authority cannot be told apart safely (an unencoded ``@`` in its path, query or fragment: a
+password with a ``/`` in it, say) is masked whole after the scheme. Free text (an exception
+message, a library's log line) gets the same treatment for every URL it quotes.
 """
 
 from __future__ import annotations
@@ -19,10 +21,41 @@ MASK = "***"
 _SECRET_PARAM = re.compile(r"token|pass|pwd|secret|key|auth|sig|credential", re.IGNORECASE)
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 _USERINFO_IN_TEXT = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)([^\s/?#'\"]*)@")
-_QUERY_PARAM_IN_TEXT = re.compile(r"(?P<key>[?&](?P<name>[^=&\s#'\"]+)=)(?P<value>[^&\s#'\"]+)")
+#: (The value stops before punctuation that ends the sentence around it: "...?code=abc: 503".)
+_QUERY_PARAM_IN_TEXT = re.compile(
+    r"(?P<key>[?&](?P<name>[^=&\s#'\"]+)=)(?P<value>[^&\s#'\"]+?)(?=[,.;:)\]}]*(?:[&\s#'\"]|$))"
+)
+#: A URL in free text: its scheme, then everything up to a space or a quote.
+_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
+#: What a generated key is made of (base64, base64url, hex, with separators).
+_KEY_CHARS = re.compile(r"[A-Za-z0-9._~+/=-]+")
+#: A key is at least this long...
+_MIN_KEY_CHARS = 16
+#: ...and mixes at least two of lower case, upper case and digits (or is this long anyway).
+_LONG_KEY_CHARS = 32
 #: Passwords shorter than this are not searched for in free text (they would mangle it);
 #: the URL that holds them is still replaced.
 _MIN_SECRET_CHARS = 3
+
+
+def token_like(value: str) -> bool:
+    """Whether ``value`` (a path segment, a query value) looks like a generated key rather
+    than a name: ``abcDEF123ghiJKL456`` does, ``Channels``, ``101``, ``live.m3u8`` do not."""
+    value = unquote(value)
+    if len(value) < _MIN_KEY_CHARS or not _KEY_CHARS.fullmatch(value):
+        return False
+    kinds = sum(
+        (
+            any(c.islower() for c in value),
+            any(c.isupper() for c in value),
+            any(c.isdigit() for c in value),
+        )
+    )
+    return kinds >= 2 or len(value) >= _LONG_KEY_CHARS
+
+
+def _redact_path(path: str) -> str:
+    return "/".join(MASK if token_like(segment) else segment for segment in path.split("/"))
 
 
 def url_scheme(url: str) -> str:
@@ -54,7 +87,7 @@ def redact_url(url: str) -> str:
         # authority: then no part of it can be shown safely.
         return f"{scheme}://{MASK}"
     query = "&".join(_redact_param(p) for p in parts.query.split("&")) if parts.query else ""
-    out = f"{url[: len(scheme)]}://{netloc}{parts.path}"
+    out = f"{url[: len(scheme)]}://{netloc}{_redact_path(parts.path)}"
     if query:
         out += f"?{query}"
     if parts.fragment:
@@ -63,8 +96,9 @@ def redact_url(url: str) -> str:
 
 
 def _redact_param(param: str) -> str:
-    name, eq, _ = param.partition("=")
-    return f"{name}={MASK}" if eq and _SECRET_PARAM.search(unquote(name)) else param
+    name, eq, value = param.partition("=")
+    secret = _SECRET_PARAM.search(unquote(name)) or token_like(value)
+    return f"{name}={MASK}" if eq and secret else param
 
 
 def redact_text(text: str, secrets: list[str] | tuple[str, ...] = ()) -> str:
@@ -75,11 +109,22 @@ def redact_text(text: str, secrets: list[str] | tuple[str, ...] = ()) -> str:
         return f"{match.group(1)}{masked}@"
 
     def param(match: re.Match[str]) -> str:
-        if _SECRET_PARAM.search(unquote(match.group("name"))):
+        if _SECRET_PARAM.search(unquote(match.group("name"))) or token_like(match.group("value")):
             return f"{match.group('key')}{MASK}"
         return match.group(0)
 
+    def path(match: re.Match[str]) -> str:
+        url = match.group(0)
+        start = url.find("/", url.find("://") + 3)
+        if start < 0:
+            return url
+        end = min(
+            (i for i in (url.find("?", start), url.find("#", start)) if i >= 0), default=len(url)
+        )
+        return url[:start] + _redact_path(url[start:end]) + url[end:]
+
     text = _USERINFO_IN_TEXT.sub(userinfo, text)
+    text = _URL_IN_TEXT.sub(path, text)
     text = _QUERY_PARAM_IN_TEXT.sub(param, text)
     for secret in secrets:
         text = text.replace(secret, MASK)

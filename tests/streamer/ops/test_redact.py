@@ -25,6 +25,28 @@ from streamer.ops.redact import redact_text, redact_url, secrets_of
         ("rtsp://u:p@ss@host/a@b", "rtsp://***"),
         ("rtsp://10.0.0.5/s1?user=a@b", "rtsp://***"),
         ("/data/clip.ts", "/data/clip.ts"),
+        # Keys in the path or in a query value of an innocent name: masked, names kept.
+        (
+            "https://hooks.slack.com/services/T0AAAAAAA/B0BBBBBBB/abcDEF123ghiJKL456mnoPQR",
+            "https://hooks.slack.com/services/T0AAAAAAA/B0BBBBBBB/***",
+        ),
+        (
+            "https://discord.com/api/webhooks/123456789012345678/" + "x" * 68,
+            "https://discord.com/api/webhooks/123456789012345678/***",
+        ),
+        (
+            "https://fn.example/api/hook?code=Zx81kLmQ0pRt7VbN3cYw&x=1",
+            "https://fn.example/api/hook?code=***&x=1",
+        ),
+        (
+            "rtsp://10.0.0.5:554/Streaming/Channels/101",
+            "rtsp://10.0.0.5:554/Streaming/Channels/101",
+        ),
+        (
+            "rtsp://cam/cam/realmonitor?channel=1&subtype=0",
+            "rtsp://cam/cam/realmonitor?channel=1&subtype=0",
+        ),
+        ("https://cam/live/index.m3u8", "https://cam/live/index.m3u8"),
     ],
 )
 def test_redact_url(url: str, redacted: str) -> None:
@@ -44,6 +66,11 @@ def test_redact_url(url: str, redacted: str) -> None:
         ("https://h/hook?access_token=abc", "https://h/hook?access_token=***"),
         ("GET /x?sig=abc&n=1 failed", "GET /x?sig=***&n=1 failed"),
         ("rtsp://cam.local/live", "rtsp://cam.local/live"),
+        (
+            "POST https://h.example/hooks/abcDEF123ghiJKL456?code=Zx81kLmQ0pRt7VbN3cYw: 503",
+            "POST https://h.example/hooks/***?code=***: 503",
+        ),
+        ("see /api/events/abc (a path, no URL)", "see /api/events/abc (a path, no URL)"),
     ],
 )
 def test_redact_text(text: str, expected: str) -> None:
