@@ -87,6 +87,10 @@ TRITON_STOP_S = 2.0
 #: file) may take to catch up with what the drain committed (the remote ones go on at the
 #: next start).
 LOCAL_CATCH_UP_S = 2.0
+#: The longest a stop can take, every step to its bound: what a supervisor's stop timeout
+#: (compose stop_grace_period, systemd TimeoutStopSec, Kubernetes
+#: terminationGracePeriodSeconds) must exceed, or it kills the service mid-drain.
+WORST_CASE_STOP_S = FRAMES_GRACE_S + DRAIN_TIMEOUT_S + TRITON_STOP_S + LOCAL_CATCH_UP_S
 #: ``--once``'s exit code when a consumer has events left (pending or dead letters).
 EXIT_EVENTS_LEFT = 3
 #: Signals that stop the service, and the one that reloads its config.

@@ -75,6 +75,12 @@ def _rc_value(exc: aiomqtt.MqttCodeError) -> int | None:
     return rc if isinstance(rc, int) else int(rc.value)
 
 
+def plain_password(config: MqttConfig) -> bool:
+    """A password sent to a broker not on this host without TLS."""
+    local = config.host.lower() in ("127.0.0.1", "::1", "localhost")
+    return config.password is not None and not config.tls.enabled and not local
+
+
 class MqttConnection:
     """The broker connection of one :class:`~streamer.config.MqttConfig`."""
 
@@ -104,6 +110,12 @@ class MqttConnection:
         self.problem: str | None = None
         self._logged: str | None = None
         self._ever_connected = False
+        if plain_password(config):
+            LOG.warning(
+                "mqtt %s: a password over plain TCP (tls.enabled is false): anyone on the way "
+                "to the broker can read it; enable tls",
+                config.broker,
+            )
 
     @property
     def connected(self) -> bool:

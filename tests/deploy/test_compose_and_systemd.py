@@ -168,3 +168,40 @@ def _triton_services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
         for name, service in compose["services"].items()
         if "Dockerfile.triton" in str(service.get("build", ""))
     }
+
+
+def test_every_supervisor_waits_longer_than_the_worst_case_stop() -> None:
+    """A stop timeout under the service's worst case kills it mid-drain (events committed
+    late, or a history write cut); compose's default is 10 s."""
+    from streamer.app import WORST_CASE_STOP_S
+
+    def seconds(text: str) -> float:
+        assert text.endswith("s"), text
+        return float(text[:-1])
+
+    for compose_file in (COMPOSE / "docker-compose.yml", PROJECT / "docker" / "docker-compose.yml"):
+        services = yaml.safe_load(compose_file.read_text())["services"]
+        streamers = [s for name, s in services.items() if name.startswith("streamer")]
+        assert streamers, compose_file
+        for service in streamers:
+            assert seconds(service["stop_grace_period"]) > WORST_CASE_STOP_S, compose_file
+    unit = _unit("lpr-streamer@.service")
+    assert float(unit["Service"]["TimeoutStopSec"]) > WORST_CASE_STOP_S
+    manifest = yaml.safe_load_all((PROJECT / "deploy/kubernetes/base/streamer.yaml").read_text())
+    (statefulset,) = [o for o in manifest if o and o.get("kind") == "StatefulSet"]
+    grace = statefulset["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    assert grace > WORST_CASE_STOP_S
+
+
+def test_no_unit_or_manifest_opens_the_metrics_port_to_every_interface() -> None:
+    """/metrics and /readyz have no authentication: loopback by default, or published on
+    the loopback address only."""
+    settings = load_config(SYSTEMD / "site.yaml", env={**SECRETS, "LPR_OUTBOX": "/tmp/o"})
+    assert settings.metrics.host == "127.0.0.1"
+    for compose_file in (COMPOSE / "docker-compose.yml", PROJECT / "docker" / "docker-compose.yml"):
+        services = yaml.safe_load(compose_file.read_text())["services"]
+        for name, service in services.items():
+            for port in service.get("ports", []):
+                if str(port).endswith(":9108"):
+                    host = str(port).rsplit(":", 2)[0]
+                    assert host in ("127.0.0.1", "${LPR_METRICS_BIND:-127.0.0.1}"), (name, port)
