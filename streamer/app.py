@@ -60,7 +60,8 @@ from streamer.ops.startup import (
 )
 from streamer.pipeline.camera import OnFate, OnResult
 from streamer.pipeline.cameras import Cameras
-from streamer.pipeline.leases import CameraLeases, LeaseGate
+from streamer.pipeline.lease_gate import LeaseGate
+from streamer.pipeline.leases import CameraLeases, holder_id
 from streamer.pipeline.shards import Shard
 from streamer.pipeline.supervisor import Supervisor
 from streamer.store import erasure
@@ -116,10 +117,13 @@ class Service:
         it is committed; ``on_result`` sees every frame's reads, in order per camera;
         ``on_fate`` how every track ended (``python -m streamer replay`` uses all three).
         ``shard``: this replica of several runs only the cameras it holds
-        (streamer/pipeline/shards.py; default: every camera).
+        (streamer/pipeline/shards.py; default: every camera); given (``--shard``, ``0/1``
+        too), the replica takes camera leases on a PostgreSQL history.
         ``drain_timeout_s``: with ``once``, how long the consumers may take to catch up."""
         self.settings = settings
         self.shard = shard or Shard()
+        #: One of several replicas (``--shard`` given): camera leases on a PostgreSQL history.
+        self.replica = shard is not None
         self.once = once
         self.drain_timeout_s = drain_timeout_s
         #: With ``once``: what each consumer did and has left, once the cameras ended.
@@ -279,10 +283,16 @@ class Service:
 
         self.cameras.recognizer = self.recognizer
         leases = None
-        if self.shard.sharded and storage.enabled and storage.backend == "postgresql":
+        if storage.enabled and storage.backend == "postgresql":
             assert storage.dsn is not None  # (the schema requires it for postgresql)
-            leases = CameraLeases(storage.dsn.get_secret_value(), describe_store(storage))
-        self.lease_gate = LeaseGate(self.cameras, leases, FRAMES_GRACE_S)
+            leases = CameraLeases(
+                storage.dsn.get_secret_value(),
+                describe_store(storage),
+                storage.lease_ttl_s,
+                holder=holder_id(self.settings.outbox.path),
+            )
+        self.lease_gate = LeaseGate(self.cameras, leases, FRAMES_GRACE_S, leased=self.replica)
+        self.publisher.fence = self.lease_gate.may_publish
         for config in self.settings.enabled_cameras:
             if self.shard.holds(config.name):
                 self.lease_gate.start(config, self.settings)
@@ -295,7 +305,7 @@ class Service:
             held,
             ", ".join(self.cameras.running),
             f"; {len(self.lease_gate.waiting)} more once their leases are taken"
-            if leases is not None
+            if self.lease_gate.leased
             else "",
         )
         for name, server in (("ops", self.ops), ("web", self.web)):
@@ -464,15 +474,8 @@ class Service:
             consumers=self.consumers,
             cameras=self.cameras.values(),
             config=self.reloader.state(),
-            leases=self._lease_state(),
+            leases=self.lease_gate.state(),
         )
-
-    def _lease_state(self) -> dict[str, object] | None:
-        """The cameras that wait for their lease, and why the leases are lost (if they are)."""
-        gate = self.lease_gate
-        if gate.leases is None:
-            return None
-        return {"waiting": sorted(gate.waiting), "problem": gate.problem}
 
     def _collect_state(self) -> list[Metric]:
         return [
@@ -480,6 +483,7 @@ class Service:
             *service_metrics.part_metrics(self.supervisor, self.watchdog),
             *service_metrics.inference_metrics(self.recognizer),
             service_metrics.shard_metric(self.shard, list(self.cameras.running)),
+            *service_metrics.lease_metrics(self.lease_gate),
             build_info(
                 self.recognizer.endpoints.values() if self.recognizer else (), self.model_build
             ),

@@ -71,6 +71,15 @@ class StorageConfig(Section):
     prune_interval_s: float = Field(
         600.0, gt=0, le=86_400, description="Seconds between two prunings of the history."
     )
+    lease_ttl_s: float = Field(
+        15.0,
+        ge=3,
+        le=600,
+        description="With postgresql and --shard: seconds a replica's camera lease lasts "
+        "unless renewed (every lease_ttl_s / 5). A replica that cannot renew stops the "
+        "camera before it expires; another takes it over within this time of a replica "
+        "dying or freezing.",
+    )
     frame_max_width: int = Field(
         640,
         ge=160,

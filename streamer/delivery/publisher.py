@@ -35,7 +35,7 @@ import logging
 import random
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from streamer.delivery.event_queue import EventQueue, event_bytes
@@ -97,6 +97,10 @@ class EventPublisher:
         #: Passes erased (by id) not to publish: open ones an erasure found, until the log
         #: has the record of them.
         self.erased: set[str] = set()
+        #: Whether a camera's decisions may be published now (its lease is valid here:
+        #: streamer/pipeline/lease_gate.py); None: always.
+        self.fence: Callable[[str], bool] | None = None
+        self.fenced = 0  # decisions refused: their camera's lease had run out
         self.emitted = 0  # passes reported (version 1)
         self.updates = 0  # corrections (plate.updated)
         self.by_camera: Counter[str] = Counter()
@@ -168,7 +172,18 @@ class EventPublisher:
         task.add_done_callback(self._encoding.discard)
 
     async def _event(self, plate_pass: PlatePass) -> PlateEvent | None:
-        """The event of ``plate_pass`` (None for an erased pass); its frame is let go."""
+        """The event of ``plate_pass`` (None for an erased pass, or one decided once its
+        camera's lease had run out here); its frame is let go."""
+        if self.fence is not None and not self.fence(plate_pass.camera):
+            self.fenced += 1
+            LOG.warning(
+                "pass %s v%d on %s: decided after its camera's lease ran out here (another "
+                "replica may run it): not published",
+                plate_pass.event_id,
+                plate_pass.version,
+                plate_pass.camera,
+            )
+            return None
         if plate_pass.event_id in self.erased:
             LOG.info(
                 "pass %s v%d of an erased plate: not published",

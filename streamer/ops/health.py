@@ -89,7 +89,14 @@ def readiness(
     }
     if config is not None:
         details["config"] = config
-    if leases is not None:  # informational: a camera another replica still runs waits here
+    if leases is not None:  # a camera another replica still runs waits here, for a while
         details["leases"] = leases
-    ready = triton == "ready" and not failing and parts_ok and (not cameras or delivering > 0)
+    leases_ok = leases is None or not leases.get("problems")
+    ready = (
+        triton == "ready"
+        and not failing
+        and parts_ok
+        and leases_ok
+        and (not cameras or delivering > 0)
+    )
     return ready, details

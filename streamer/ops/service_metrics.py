@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from streamer.inference.embedded.watchdog import TritonWatchdog
     from streamer.inference.pool import TritonPool
     from streamer.pipeline.cameras import Camera
+    from streamer.pipeline.lease_gate import LeaseGate
     from streamer.pipeline.shards import Shard
     from streamer.pipeline.supervisor import Supervisor
 
@@ -206,3 +207,23 @@ def shard_metric(shard: Shard, cameras: Iterable[str]) -> Metric:
     for camera in cameras:
         family.add_metric([str(shard), camera], 1)
     return family
+
+
+def lease_metrics(gate: LeaseGate) -> list[Metric]:
+    """Per camera of this replica: waiting for its lease (1), run on another replica too (1)."""
+    waiting = gauge(
+        "lpr_camera_lease_waiting",
+        "1 for each camera of this replica that waits for its lease (another replica holds "
+        "it, or the database is unreachable).",
+        ["camera"],
+    )
+    for camera in sorted(gate.waiting):
+        waiting.add_metric([camera], 1)
+    double = gauge(
+        "lpr_camera_double_run",
+        "1 for each camera this replica runs that another replica was seen running too.",
+        ["camera"],
+    )
+    for camera in sorted(gate.doubles):
+        double.add_metric([camera], 1)
+    return [waiting, double]

@@ -43,9 +43,10 @@ def _scrape(port: int) -> dict[str, float]:
     return samples
 
 
-def _start(config: Path) -> subprocess.Popen[str]:
+def _start(config: Path, *extra: str) -> subprocess.Popen[str]:
+    """``streamer run`` on ``config`` (with ``extra`` arguments), its log on stderr."""
     return subprocess.Popen(
-        [sys.executable, "-m", "streamer", "run", "--config", str(config), "--shard", "0/2"],
+        [sys.executable, "-m", "streamer", "run", "--config", str(config), *extra],
         cwd=PROJECT_ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -73,7 +74,7 @@ async def test_a_killed_replica_resumes_its_cameras_and_delivers_what_it_had_not
     )
     mine = sorted(c for c in CAMERAS if owner(c, 2) == 0)
     assert mine
-    process = _start(config)
+    process = _start(config, "--shard", "0/2")
     try:
         depth = 'lpr_outbox_depth{target="rx"}'
 
@@ -90,7 +91,7 @@ async def test_a_killed_replica_resumes_its_cameras_and_delivers_what_it_had_not
         assert refused and not receiver.delivered()
 
         receiver.default = answer(200, "ok")
-        process = _start(config)  # the same config: the same outbox file
+        process = _start(config, "--shard", "0/2")  # the same config: the same outbox file
         await until(lambda: refused <= set(receiver.delivered_ids()), 120, "the pending events")
         held = {
             name.split('camera="')[1].split('"')[0]
