@@ -174,6 +174,14 @@ class MqttConfig(Section):
     alerts: bool = Field(
         True, description="Publish known-plate alerts on <topic_prefix>/<camera>/alert too."
     )
+    alert_max_age_s: float = Field(
+        60.0,
+        ge=1,
+        le=86_400,
+        description="An alert published later than this after its plate was last seen (the "
+        'broker was down, a backlog) carries "live": false and does not turn the alert '
+        'sensor on; a fresh one carries "live": true.',
+    )
     public_base_url: str | None = Field(
         None,
         max_length=4096,

@@ -7,7 +7,8 @@ service announces one device (the service, ``identifiers: [<node_id>]``) and, pe
 * a ``sensor`` "<camera> last plate": its state the text of ``<topic_prefix>/<camera>/last``
   (retained, the latest event of that camera), every field of the event as attributes;
 * a ``binary_sensor`` "<camera> known-plate alert" (when ``mqtt.alerts``): on for
-  ``alert_off_delay_s`` after an event on ``<topic_prefix>/<camera>/alert``.
+  ``alert_off_delay_s`` after a live event on ``<topic_prefix>/<camera>/alert`` (one
+  published later than ``mqtt.alert_max_age_s`` after its plate was seen is not live).
 
 Both are available while ``<topic_prefix>/status`` is ``online`` (the service's will sets it
 ``offline``); with several replicas, each camera's entities follow the status of the replica
@@ -130,7 +131,8 @@ def discovery_configs(
         configs[config_topic(config, camera, "alert")] = {
             **_common(config, camera, "alert", "known-plate alert", status),
             "state_topic": alert,
-            "value_template": "{{ 'ON' if value_json.alert else 'OFF' }}",
+            # A late alert (published after mqtt.alert_max_age_s) does not turn it on.
+            "value_template": "{{ 'ON' if value_json.alert and value_json.live else 'OFF' }}",
             "payload_on": "ON",
             "payload_off": "OFF",
             "off_delay": config.discovery.alert_off_delay_s,

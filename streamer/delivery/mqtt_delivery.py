@@ -11,7 +11,9 @@ at QoS 1 and in per-camera order:
   later (Home Assistant's "last plate" sensor) sees the latest plate at once. A correction
   replaces it only when it corrects the pass ``last`` holds;
 * ``<topic_prefix>/<camera>/alert`` for an event of a known-plate list marked ``alert``
-  (with ``mqtt.alerts``).
+  (with ``mqtt.alerts``), with ``"live"``: false when it is published later than
+  ``mqtt.alert_max_age_s`` after the plate was last seen (it waited for the broker, or in a
+  backlog): an automation must not open a gate for a car that left long ago.
 
 The event is delivered when the broker acknowledged all of them; a failure (no connection, or
 lost, or no acknowledgement within ``timeout_s``) leaves it pending in the outbox, sent again
@@ -35,7 +37,9 @@ import contextlib
 import json
 import logging
 import random
+import time
 from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime
 from typing import Any
 
 import aiomqtt
@@ -190,10 +194,32 @@ class MqttDeliverer:
                 self._last[camera] = payload
                 await connection.publish(last, body, retain=True)
             if self.config.alerts and payload.get("alert"):
-                await connection.publish(ha.camera_topic(self.config, camera, "alert"), body)
+                alert = {**payload, "live": self._live(payload)}
+                await connection.publish(
+                    ha.camera_topic(self.config, camera, "alert"), event_json(alert)
+                )
         except MqttUnavailableError as exc:
             return Outcome("retry", str(exc))
         return Outcome("delivered")
+
+    def _live(self, payload: dict[str, Any]) -> bool:
+        """Whether an alert published now is still live: its plate was last seen within
+        ``mqtt.alert_max_age_s`` (a late one is logged)."""
+        try:
+            seen = datetime.fromisoformat(str(payload["last_seen"]["utc"])).timestamp()
+        except (KeyError, TypeError, ValueError):
+            return True  # (every event has it: streamer/delivery/events.py)
+        age = time.time() - seen
+        if age <= self.config.alert_max_age_s:
+            return True
+        LOG.info(
+            "mqtt: alert %s on %s published %.0f s after its plate was seen (over "
+            "mqtt.alert_max_age_s): not live",
+            payload.get("event_id"),
+            payload.get("camera"),
+            age,
+        )
+        return False
 
     def retry_delay(self, attempts: int, outcome: Outcome, rng: random.Random) -> float:
         del outcome

@@ -15,6 +15,7 @@ import signal
 import sys
 import textwrap
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from prometheus_client import generate_latest
 
 from streamer.config import CameraConfig, MqttConfig, OutboxConfig, Settings
 from streamer.delivery.consumers import Consumers
-from streamer.delivery.events import PlateEvent
+from streamer.delivery.events import PlateEvent, Sighting
 from streamer.delivery.publisher import EventPublisher
 from streamer.ops import health
 from streamer.ops.metrics import Metrics
@@ -446,3 +447,49 @@ async def _erasure_then_restart(broker: Broker, tmp_path: Path) -> None:
         assert retained(broker, "lpr/+/last") == {}
     finally:
         await restarted.close()
+
+
+def _alert_now(camera: str) -> PlateEvent:
+    """An alert of a plate seen just now."""
+    now = Sighting(datetime.now(UTC).isoformat(timespec="milliseconds"), 0.0)
+    return dataclasses.replace(
+        make_event(camera),
+        alert=True,
+        match={"label": "staff", "plate": "A9", "distance": 0},
+        first_seen=now,
+        last_seen=now,
+    )
+
+
+async def test_an_alert_held_through_an_outage_is_published_as_not_live(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An alert delivered at once is live; one that waited for the broker longer than
+    ``mqtt.alert_max_age_s`` arrives all the same, marked not live (and so does not turn the
+    Home Assistant alert sensor on)."""
+    with Broker(tmp_path / "broker", persistence=True) as broker:
+        broker.start()
+        subscriber = Subscriber(broker, "lpr/+/alert", persistent=True).start()
+        settings = mqtt_settings(tmp_path, broker, alert_max_age_s=2.0)
+        sink = await open_mqtt_sink(settings)
+        fresh, held = _alert_now("gate"), _alert_now("yard")
+        try:
+            await eventually(lambda: sink.deliverers[0].ready, 10, "connected")
+            await sink.append(fresh)
+            await subscriber.wait_for_async(lambda m: len(subscriber.messages) == 1, 15)
+            broker.stop()
+            await eventually(lambda: sink.problem is not None, 10, "the outage noticed")
+            await sink.append(held)
+            await asyncio.sleep(3.0)  # longer than alert_max_age_s
+            with caplog.at_level(logging.INFO, logger="streamer.delivery.mqtt_delivery"):
+                broker.start()
+                await subscriber.wait_for_async(lambda m: len(subscriber.messages) == 2, 30)
+        finally:
+            await sink.close()
+            subscriber.stop()
+    alerts = {m.json()["event_id"]: m.json() for m in subscriber.messages}
+    assert alerts[fresh.event_id]["live"] is True
+    assert alerts[held.event_id]["live"] is False and alerts[held.event_id]["alert"] is True
+    assert any(
+        held.event_id in r.getMessage() and "not live" in r.getMessage() for r in caplog.records
+    )
