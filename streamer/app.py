@@ -52,6 +52,7 @@ from streamer.ops.server import OpsServer
 from streamer.ops.startup import (
     StartupError,
     check_model_repository,
+    installation_error,
     link_key_error,
     listen_error,
     outbox_error,
@@ -67,6 +68,7 @@ from streamer.pipeline.supervisor import Supervisor
 from streamer.store import erasure
 from streamer.store.base import EventStore, StoreError, describe_store, open_event_store
 from streamer.store.history_delivery import HistoryDeliverer
+from streamer.store.installation import installation_id
 from streamer.store.retention import keep_within_retention
 from streamer.tracking.plate_pass import PlatePass
 from streamer.web import WebServer
@@ -139,6 +141,8 @@ class Service:
         self.consumers: Consumers | None = None  # who reads it: history, files, targets
         self.store: EventStore | None = None  # the event history (storage:)
         self._history: Deliverer | None = None  # the history's consumer
+        #: This installation's id, made or read at start (streamer/store/installation.py).
+        self.installation: str | None = None
         self.extra_sinks = tuple(extra_sinks)
         self.metrics = Metrics()
         self.metrics.add_collector(self._collect_state)
@@ -277,6 +281,7 @@ class Service:
             self.publisher.frame_max_width = storage.frame_max_width
             store = self.store
             self.supervisor.start("history", lambda: keep_within_retention(store, storage))
+        await self._find_installation()
         await self._open_log(self._deliverers(self.settings))
         self.publisher.observers = list(self.extra_sinks)
         self.supervisor.start("events", self.publisher.run)
@@ -343,6 +348,17 @@ class Service:
         endpoint = self.recognizer.endpoints.get(url) if self.recognizer is not None else None
         return endpoint.client.model_errors if endpoint is not None else None
 
+    async def _find_installation(self) -> None:
+        """The installation's id (streamer/store/installation.py), that fills in the MQTT
+        topics' ``{installation}``."""
+        folder = self.settings.outbox.path.parent
+        try:
+            self.installation = await installation_id(self.store, folder)
+        except (OSError, ValueError, StoreError) as exc:
+            where = describe_store(self.settings.storage) if self.store else str(folder)
+            raise installation_error(where, exc) from None
+        LOG.info("installation %s", self.installation)
+
     def _deliverers(self, settings: Settings) -> list[Deliverer]:
         """The consumers of ``settings`` (the history's is the service's)."""
         return deliverers_of(
@@ -404,7 +420,12 @@ class Service:
     def _delivery_options(self) -> dict[str, Any]:
         """What the outbox sink needs of the service: picture links to sign, and whether the
         history keeps the vehicles' pictures."""
-        return {"links": self.links, "frames": self.settings.storage.enabled, "shard": self.shard}
+        return {
+            "links": self.links,
+            "frames": self.settings.storage.enabled,
+            "shard": self.shard,
+            "installation": self.installation,
+        }
 
     @property
     def events_emitted(self) -> int:

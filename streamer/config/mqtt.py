@@ -24,6 +24,11 @@ MQTT_TARGET = "mqtt"
 #: One topic level: no wildcard, no separator, no NUL (MQTT 3.1.1 s. 4.7).
 _TOPIC_LEVELS = re.compile(r"^[^#+/\x00]+(/[^#+/\x00]+)*$")
 _NODE_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+#: Stands for this installation's id (streamer/store/installation.py) in ``topic_prefix`` and
+#: ``discovery.node_id``: two installations on one broker keep to their own topics.
+INSTALLATION = "{installation}"
+DEFAULT_TOPIC_PREFIX = f"lpr/{INSTALLATION}"
+DEFAULT_NODE_ID = f"lpr-{INSTALLATION}"
 
 
 def _check_topic(topic: str) -> str:
@@ -92,11 +97,11 @@ class DiscoveryConfig(Section):
         description="Home Assistant's discovery prefix.",
     )
     node_id: str = Field(
-        "lpr",
+        DEFAULT_NODE_ID,
         min_length=1,
         max_length=64,
         description="This service's id in the discovery topics and unique ids (A-Z a-z 0-9 _ "
-        "-); give each service on one broker its own.",
+        "-; {installation}: the installation's id); each service on one broker needs its own.",
     )
     alert_off_delay_s: int = Field(
         30,
@@ -108,8 +113,8 @@ class DiscoveryConfig(Section):
     @field_validator("node_id")
     @classmethod
     def _check_node_id(cls, node_id: str) -> str:
-        if not _NODE_ID.match(node_id):
-            raise ValueError(f"{node_id!r}: use 1-64 of A-Z a-z 0-9 _ -")
+        if not _NODE_ID.match(node_id.replace(INSTALLATION, "x")):
+            raise ValueError(f"{node_id!r}: use 1-64 of A-Z a-z 0-9 _ - (and {INSTALLATION})")
         return node_id
 
 
@@ -165,11 +170,12 @@ class MqttConfig(Section):
         description="Cap of that backoff (>= retry_initial_delay_s).",
     )
     topic_prefix: TopicPrefix = Field(
-        "lpr",
+        DEFAULT_TOPIC_PREFIX,
         min_length=1,
         max_length=128,
         description="Topics are <topic_prefix>/<camera>/plate, .../last (retained), "
-        ".../alert and <topic_prefix>/status.",
+        ".../alert and <topic_prefix>/status; {installation} stands for the installation's "
+        "id (logged at start), so that two installations on one broker never share a topic.",
     )
     alerts: bool = Field(
         True, description="Publish known-plate alerts on <topic_prefix>/<camera>/alert too."
@@ -223,6 +229,19 @@ class MqttConfig(Section):
         if self.password is not None and self.username is None:
             raise ValueError("password is set without username: give the user name too")
         return self
+
+    @property
+    def resolved(self) -> bool:
+        """Whether no ``{installation}`` is left to fill in (:meth:`for_installation`)."""
+        return INSTALLATION not in self.topic_prefix + self.discovery.node_id
+
+    def for_installation(self, installation: str) -> MqttConfig:
+        """This config with ``{installation}`` replaced by ``installation``'s id."""
+        discovery = self.discovery.model_copy(
+            update={"node_id": self.discovery.node_id.replace(INSTALLATION, installation)}
+        )
+        prefix = self.topic_prefix.replace(INSTALLATION, installation)
+        return self.model_copy(update={"topic_prefix": prefix, "discovery": discovery})
 
     @property
     def broker_port(self) -> int:

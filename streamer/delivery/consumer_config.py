@@ -42,13 +42,15 @@ def deliverers_of(
     frames: bool = False,
     shard: Shard | None = None,
     history: Deliverer | None = None,
+    installation: str | None = None,
 ) -> list[Deliverer]:
     """A deliverer per consumer of ``settings``, in the order of
     :attr:`~streamer.config.Settings.consumers`: ``history`` (the service makes it: the
     store is its), stdout and the file, every enabled webhook target, MQTT. ``links`` signs
     the picture links of ``crop: url`` targets and MQTT (None: plain paths, which need the
     token); ``frames``: the history keeps vehicle pictures (a ``frame_url`` beside the
-    crop's); ``shard``: the cameras this replica runs (default: all)."""
+    crop's); ``shard``: the cameras this replica runs (default: all); ``installation``: the
+    id that fills in ``{installation}`` in the MQTT topics (streamer/store/installation.py)."""
     deliverers: list[Deliverer] = [history] if history is not None else []
     if settings.events.stdout:
         deliverers.append(JsonLinesDeliverer(metrics))
@@ -64,6 +66,8 @@ def deliverers_of(
         configured = [c.name for c in settings.enabled_cameras]
         held = [name for name in configured if shard.holds(name)]
         replica = shard.index if shard.sharded else None
+        if installation is not None:
+            mqtt = mqtt.for_installation(installation)
         deliverers.append(
             MqttDeliverer(
                 mqtt, metrics, held, links, frames=frames, configured=configured, replica=replica

@@ -94,7 +94,10 @@ class MqttDeliverer:
         """``cameras``: those this service runs; ``configured``: every camera of the config
         (default: ``cameras``), whose retained configs are not stale even when another
         replica runs them; ``replica``: this replica's index when there are several (its
-        own status topic)."""
+        own status topic). ``config`` must be resolved
+        (:meth:`~streamer.config.MqttConfig.for_installation`)."""
+        if not config.resolved:
+            raise ValueError("the MQTT config still has {installation} to fill in")
         self.config = config
         self.status = ha.status_topic(config, replica)
         self.metrics = metrics
@@ -140,7 +143,9 @@ class MqttDeliverer:
             "mqtt %s: publishing events under %s/<camera>/ (discovery: %s)",
             self.config.broker,
             self.config.topic_prefix,
-            self.config.discovery.prefix if self.config.discovery.enabled else "off",
+            f"{self.config.discovery.prefix}, node {self.config.discovery.node_id}"
+            if self.config.discovery.enabled
+            else "off",
         )
 
     async def close(self) -> None:

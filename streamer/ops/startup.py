@@ -66,6 +66,13 @@ def link_key_error(path: Path, exc: Exception) -> StartupError:
     )
 
 
+def installation_error(where: str, exc: Exception) -> StartupError:
+    return StartupError(
+        f"cannot read or make the installation id ({where}): {exc}; set mqtt.topic_prefix "
+        "and mqtt.discovery.node_id without {installation}, or fix the file"
+    )
+
+
 def store_error(where: str, backend: str, exc: Exception) -> StartupError:
     if backend == "postgresql":
         return StartupError(

@@ -91,6 +91,11 @@ CREATE TABLE IF NOT EXISTS pictures (
     crop bytea NOT NULL,
     frame bytea
 );
+-- One row: the installation's id, shared by its replicas (streamer/store/installation.py).
+CREATE TABLE IF NOT EXISTS lpr_installation (
+    one boolean PRIMARY KEY DEFAULT true CHECK (one),
+    id text NOT NULL
+);
 CREATE INDEX IF NOT EXISTS passes_by_time ON passes(first_seen);
 CREATE INDEX IF NOT EXISTS passes_by_camera ON passes(camera, seq);
 CREATE INDEX IF NOT EXISTS passes_by_text ON passes(text);
@@ -166,6 +171,17 @@ class PostgresEventStore:
                 LOG.info(
                     "event store %s: schema %d brought up to %d", self.where, found, SCHEMA_VERSION
                 )
+
+    async def installation_id(self, candidate: str) -> str:
+        """The installation's id kept in this history; ``candidate`` becomes it when none is
+        (the first replica to ask wins, the others read its id)."""
+
+        async def run(conn: asyncpg.Connection) -> str:
+            insert = "INSERT INTO lpr_installation (id) VALUES ($1) ON CONFLICT DO NOTHING"
+            await conn.execute(insert, candidate)
+            return str(await conn.fetchval("SELECT id FROM lpr_installation"))
+
+        return await self._call(run, "installation id")
 
     async def _guard(self, what: str, run: Callable[[], Awaitable[T]]) -> T:
         try:

@@ -31,7 +31,7 @@ def _config(triton_url: str, clip: Path, port: int) -> str:
         "events: {stdout: false, max_delay_s: 30}\n"
         "metrics: {enabled: false}\nweb: {enabled: false}\n"
         f"mqtt: {{host: 127.0.0.1, port: {port}, client_id: lpr-erasure-test,\n"
-        "       retry_initial_delay_s: 0.2, retry_max_delay_s: 1.0}\n"
+        "       topic_prefix: lpr, retry_initial_delay_s: 0.2, retry_max_delay_s: 1.0}\n"
     )
 
 

@@ -1,6 +1,7 @@
 """The service on the sample clip (the real CPU Triton) publishing to a real Mosquitto broker
 next to a real webhook receiver: the same events on both, Home Assistant discovery that
-follows a reload, and ``offline`` when it stops."""
+follows a reload, and ``offline`` when it stops, all under the default topics of the
+installation's id."""
 
 from __future__ import annotations
 
@@ -32,12 +33,16 @@ def test_clip_events_reach_mqtt_as_the_webhook_gets_them(
         path = tmp_path / "site.yaml"
         with running_service(path, config, secret) as running:
             receiver = running.receiver
+            installation = running.service.installation
+            assert installation is not None
+            assert (tmp_path / "data" / "installation-id").read_text().strip() == installation
+            base = f"lpr/{installation}"
             deadline = time.monotonic() + 120
-            while len(receiver.delivered()) < 2 or len(subscriber.on("lpr/yard/plate")) < 2:
+            while len(receiver.delivered()) < 2 or len(subscriber.on(f"{base}/yard/plate")) < 2:
                 assert time.monotonic() < deadline, "no two events on both"
                 time.sleep(0.1)
             hooks = {r.payload["event_id"]: r.payload for r in receiver.delivered()[:2]}
-            messages = {m.json()["event_id"]: m.json() for m in subscriber.on("lpr/yard/plate")}
+            messages = {m.json()["event_id"]: m.json() for m in subscriber.on(f"{base}/yard/plate")}
             assert set(messages) >= set(hooks)
             for event_id, hook in hooks.items():
                 message = messages[event_id]
@@ -49,17 +54,17 @@ def test_clip_events_reach_mqtt_as_the_webhook_gets_them(
             texts = sorted(p["text"] for p in hooks.values())
             assert texts == ["O567AM76", "Y836XH76"]
             # The alert is published after the event's plate message: wait for it too.
-            while not subscriber.on("lpr/yard/alert"):
+            while not subscriber.on(f"{base}/yard/alert"):
                 assert time.monotonic() < deadline, "no alert"
                 time.sleep(0.1)
-            alerts = [m.json()["text"] for m in subscriber.on("lpr/yard/alert")]
+            alerts = [m.json()["text"] for m in subscriber.on(f"{base}/yard/alert")]
             assert set(alerts) == {"O567AM76"}  # the staff list is an alert list
 
             held = retained(broker, "#")
-            assert held["lpr/status"] == b"online"
-            assert json.loads(held["lpr/yard/last"])["event_id"] in hooks
+            assert held[f"{base}/status"] == b"online"
+            assert json.loads(held[f"{base}/yard/last"])["event_id"] in hooks
             yard = {t for t in held if t.startswith("homeassistant/") and "/yard_" in t}
-            assert len(yard) == 2
+            assert len(yard) == 2 and all(f"/lpr-{installation}/" in t for t in yard)
             for topic in yard:
                 check_discovery_config(topic, json.loads(held[topic]), "homeassistant")
 
@@ -71,5 +76,5 @@ def test_clip_events_reach_mqtt_as_the_webhook_gets_them(
             assert not [t for t in held if "yard" in t]  # configs and last cleared
             assert len([t for t in held if t.startswith("homeassistant/") and "/gate_" in t]) == 2
             assert running.service.readiness()[1]["sinks"] == "ok"
-        assert retained(broker, "lpr/status")["lpr/status"] == b"offline"
+        assert retained(broker, f"{base}/status")[f"{base}/status"] == b"offline"
         subscriber.stop()

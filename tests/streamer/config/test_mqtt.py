@@ -25,10 +25,14 @@ def test_defaults_and_the_password_from_the_environment(tmp_path: Path) -> None:
     assert (mqtt.broker_port, mqtt.broker, mqtt.protocol) == (8883, "broker.local:8883", "auto")
     assert mqtt.client_id == f"lpr-{socket.gethostname()}"[:64]
     assert (mqtt.topic_prefix, mqtt.discovery.prefix, mqtt.discovery.node_id) == (
-        "lpr",
+        "lpr/{installation}",
         "homeassistant",
-        "lpr",
+        "lpr-{installation}",
     )
+    assert not mqtt.resolved
+    resolved = mqtt.for_installation("0a1b2c3d")
+    assert (resolved.topic_prefix, resolved.discovery.node_id) == ("lpr/0a1b2c3d", "lpr-0a1b2c3d")
+    assert resolved.resolved and resolved.host == mqtt.host and not mqtt.resolved
     assert mqtt.tls.ca_file == tmp_path / "certs" / "ca.pem"  # the config file's folder
     assert settings.delivery_targets == ["mqtt"]
     for shown in (repr(settings), str(settings), json.dumps(settings.redacted())):
@@ -52,6 +56,7 @@ def test_no_mqtt_section_means_no_mqtt(tmp_path: Path) -> None:
         ("{host: b, topic_prefix: 'lpr/#'}", ["mqtt.topic_prefix", "is not a topic"]),
         ("{host: b, topic_prefix: '/lpr'}", ["mqtt.topic_prefix", "is not a topic"]),
         ("{host: b, discovery: {node_id: 'a b'}}", ["mqtt.discovery.node_id"]),
+        ("{host: b, discovery: {node_id: 'x-{site}'}}", ["mqtt.discovery.node_id"]),
         ("{host: b, protocol: '4'}", ["mqtt.protocol"]),
         ("{host: b, port: 0}", ["mqtt.port"]),
         ("{host: b, retry_initial_delay_s: 5, retry_max_delay_s: 1}", ["retry_max_delay_s"]),
@@ -61,6 +66,20 @@ def test_no_mqtt_section_means_no_mqtt(tmp_path: Path) -> None:
 )
 def test_bad_mqtt_sections_name_the_key(tmp_path: Path, section: str, expected: list[str]) -> None:
     assert_config_error(tmp_path, f"cameras:\n{CAMERA}mqtt: {section}\n", expected)
+
+
+def test_the_installation_id_can_go_anywhere_in_the_topics(tmp_path: Path) -> None:
+    text = f"cameras:\n{CAMERA}mqtt: {{host: b, topic_prefix: 'site/{{installation}}/lpr',\n"
+    text += "  discovery: {node_id: '{installation}_gate'}}\n"
+    mqtt = load_text(tmp_path, text).mqtt
+    assert mqtt is not None
+    resolved = mqtt.for_installation("0a1b2c3d")
+    assert (resolved.topic_prefix, resolved.discovery.node_id) == (
+        "site/0a1b2c3d/lpr",
+        "0a1b2c3d_gate",
+    )
+    fixed = load_text(tmp_path, f"cameras:\n{CAMERA}mqtt: {{host: b, topic_prefix: lpr}}\n").mqtt
+    assert fixed is not None and fixed.for_installation("0a1b2c3d").topic_prefix == "lpr"
 
 
 def test_a_webhook_target_may_not_take_the_brokers_name(tmp_path: Path) -> None:

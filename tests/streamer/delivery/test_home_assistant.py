@@ -15,6 +15,7 @@ from streamer.config import MqttConfig
 from streamer.delivery import home_assistant as ha
 from streamer.ops.metrics import Metrics
 from streamer.pipeline.shards import Shard, owner
+from streamer.store.installation import installation_id
 from tests.mqtt_broker import Broker, publish, retained
 from tests.streamer.delivery.test_mqtt_delivery import mqtt_settings, open_mqtt_sink
 from tests.streamer.delivery.webhook_setup import FAST, open_consumers
@@ -67,7 +68,7 @@ def check_discovery_config(topic: str, config: dict[str, Any], prefix: str) -> N
 
 
 def test_configs_follow_the_documented_schema() -> None:
-    config = MqttConfig(host="broker", topic_prefix="site/lpr")
+    config = MqttConfig(host="broker", topic_prefix="site/lpr", discovery={"node_id": "lpr"})
     configs = ha.discovery_configs(config, "gate_2")
     assert set(configs) == {
         "homeassistant/sensor/lpr/gate_2_last_plate/config",
@@ -79,7 +80,7 @@ def test_configs_follow_the_documented_schema() -> None:
         assert ha.camera_of(config, topic) == "gate_2"
     sensor = configs["homeassistant/sensor/lpr/gate_2_last_plate/config"]
     assert sensor["state_topic"] == sensor["json_attributes_topic"] == "site/lpr/gate_2/last"
-    without_alerts = MqttConfig(host="broker", alerts=False)
+    without_alerts = config.model_copy(update={"alerts": False})
     assert list(ha.discovery_configs(without_alerts, "gate")) == [
         "homeassistant/sensor/lpr/gate_last_plate/config"
     ]
@@ -97,7 +98,7 @@ def test_configs_follow_the_documented_schema() -> None:
     ],
 )
 def test_topics_of_others_are_not_ours(topic: str) -> None:
-    assert ha.camera_of(MqttConfig(host="broker"), topic) is None
+    assert ha.camera_of(MqttConfig(host="broker", discovery={"node_id": "lpr"}), topic) is None
 
 
 async def test_retained_configs_appear_and_go_with_their_camera(tmp_path: Path) -> None:
@@ -172,3 +173,43 @@ async def test_replicas_announce_their_own_cameras_each_with_its_own_status(
 
 def sink_config(sink: Any) -> MqttConfig:
     return sink.deliverers[0].config
+
+
+async def test_two_installations_on_one_broker_keep_to_their_own_topics(tmp_path: Path) -> None:
+    """Both with the default topic prefix and node id, and cameras of the same names: each
+    has its own topics, so neither clears nor replaces the other's retained messages."""
+    with Broker(tmp_path / "broker") as broker:
+        broker.start()
+        sinks, ids, events = [], [], []
+        try:
+            for site in ("north", "south"):
+                ids.append(await installation_id(None, tmp_path / site))
+                settings = mqtt_settings(
+                    tmp_path / site,
+                    broker,
+                    client_id=f"lpr-{site}",
+                    topic_prefix=MqttConfig.model_fields["topic_prefix"].default,
+                    discovery={},
+                )
+                sink = await open_consumers(settings, Metrics(), installation=ids[-1], **FAST)
+                sinks.append(sink)
+                events.append(make_event("yard"))
+                await sink.append(events[-1])
+            assert ids[0] != ids[1]
+            assert ids[0] == await installation_id(None, tmp_path / "north")  # kept
+            lasts = {f"lpr/{i}/yard/last" for i in ids}
+            await eventually(lambda: lasts <= set(retained(broker, "lpr/#")), 10, "both lasts")
+            await sinks[1].cameras_changed(["gate"])  # the south site's yard goes
+            held = retained(broker, "#")
+            assert json.loads(held[f"lpr/{ids[0]}/yard/last"])["event_id"] == events[0].event_id
+            assert f"lpr/{ids[1]}/yard/last" not in held
+            north = topics_of(sinks[0], "gate", "yard", "exit")
+            assert all(f"/lpr-{ids[0]}/" in topic for topic in north)
+            assert north <= set(held)  # the south site cleared none of the north's configs
+            await sinks[1].close()
+            held = retained(broker, "#")
+            assert held[f"lpr/{ids[1]}/status"] == b"offline"
+            assert held[f"lpr/{ids[0]}/status"] == b"online"
+        finally:
+            for sink in sinks:
+                await sink.close()

@@ -48,6 +48,9 @@ def mqtt_settings(tmp_path: Path, broker: Broker, **mqtt: Any) -> Settings:
     mqtt.setdefault("retry_max_delay_s", 1.0)
     mqtt.setdefault("timeout_s", 3.0)
     mqtt.setdefault("client_id", "lpr-test")
+    # The topics of an installation of its own (test_home_assistant.py has the default's).
+    mqtt.setdefault("topic_prefix", "lpr")
+    mqtt.setdefault("discovery", {"node_id": "lpr"})
     return Settings(
         cameras=[CameraConfig(name=name, url="rtsp://cam/x") for name in CAMERAS],
         mqtt=MqttConfig(host=broker.host, port=broker.port, **mqtt),
@@ -233,6 +236,7 @@ KILL_CHILD = textwrap.dedent(
         settings = Settings(
             cameras=[CameraConfig(name=n, url="rtsp://cam/x") for n in ("gate", "yard", "exit")],
             mqtt=MqttConfig(host="127.0.0.1", port=port, client_id="lpr-child", keepalive_s=5,
+                            topic_prefix="lpr", discovery={"node_id": "lpr"},
                             retry_initial_delay_s=0.2, retry_max_delay_s=0.5),
             outbox=OutboxConfig(path=db),
         )

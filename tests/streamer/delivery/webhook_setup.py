@@ -49,11 +49,14 @@ async def open_consumers(
     frames: bool = False,
     shard: Shard | None = None,
     local: bool = False,
+    installation: str | None = None,
     **options: Any,
 ) -> Consumers:
     """The consumers of ``settings`` on its own outbox, started: its webhook targets and MQTT
     (with ``local``, stdout and the file too); ``options``: :class:`Consumers`'."""
-    deliverers = deliverers_of(settings, metrics, links=links, frames=frames, shard=shard)
+    deliverers = deliverers_of(
+        settings, metrics, links=links, frames=frames, shard=shard, installation=installation
+    )
     if not local:
         deliverers = [d for d in deliverers if not isinstance(d, LocalDeliverer)]
     return await Consumers.open(settings.outbox, deliverers, metrics, **options)
