@@ -57,11 +57,12 @@ $(STAMPS)/triton-env: Makefile
 # Debian packages: libpython3.11 for the Triton Python-backend stub; GStreamer's
 # RTSP server (tests serve the clip over real RTSP), ffmpeg (benchmarks),
 # Chromium and its driver (tests drive the live view in a real browser), Mosquitto (MQTT),
-# PostgreSQL (the shared history) and nginx (a reverse proxy in front of the web view):
-# tests start their own servers on loopback.
+# PostgreSQL (the shared history), PgBouncer (a pooling proxy the history must refuse in
+# transaction mode) and nginx (a reverse proxy in front of the web view): tests start their
+# own servers on loopback.
 APT_PACKAGES := libpython3.11 gstreamer1.0-rtsp gir1.2-gst-rtsp-server-1.0 python3-gi \
 	gstreamer1.0-plugins-good gstreamer1.0-plugins-bad gstreamer1.0-libav ffmpeg \
-	chromium chromium-driver mosquitto mosquitto-clients postgresql nginx-light
+	chromium chromium-driver mosquitto mosquitto-clients postgresql pgbouncer nginx-light
 # prometheus only for its promtool (tests check a /metrics scrape with it): without its
 # recommended node exporter, and its server is stopped and disabled where systemd runs.
 PROMTOOL_PACKAGE := prometheus
@@ -71,7 +72,7 @@ $(STAMPS)/system: Makefile
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES) \
 		&& DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
 			$(PROMTOOL_PACKAGE) \
-		&& { systemctl disable --now prometheus >/dev/null 2>&1 || true; }; fi
+		&& { systemctl disable --now prometheus pgbouncer >/dev/null 2>&1 || true; }; fi
 	@touch $@
 
 # Weights are verified (sha256) or downloaded, then exported into model_repository/.

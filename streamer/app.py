@@ -69,6 +69,7 @@ from streamer.store import erasure
 from streamer.store.base import EventStore, StoreError, describe_store, open_event_store
 from streamer.store.history_delivery import HistoryDeliverer
 from streamer.store.installation import installation_id
+from streamer.store.pooling import PoolingProxyError
 from streamer.store.retention import keep_within_retention
 from streamer.tracking.plate_pass import PlatePass
 from streamer.web import WebServer
@@ -275,6 +276,8 @@ class Service:
         if storage.enabled:
             try:
                 self.store = await open_event_store(storage)
+            except PoolingProxyError as exc:  # its own advice: not "check the server runs"
+                raise StartupError(f"cannot use the event history: {exc}") from None
             except StoreError as exc:
                 raise store_error(describe_store(storage), storage.backend, exc) from None
             self._history = HistoryDeliverer(self.store, self.metrics)

@@ -50,6 +50,7 @@ from streamer.store.base import (
     page_of,
     search_statement,
 )
+from streamer.store.pooling import refuse_transaction_pooling
 
 LOG = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -128,9 +129,11 @@ class PostgresEventStore:
     @classmethod
     async def open(cls, dsn: str) -> PostgresEventStore:
         """Connect and create the tables if missing; raises :class:`StoreError` when it
-        cannot (the server unreachable, refused credentials, a newer schema)."""
+        cannot (the server unreachable, refused credentials, a newer schema, a
+        transaction-pooling proxy in between: streamer/store/pooling.py)."""
         store = cls(dsn)
         try:
+            await store._guard("open", lambda: refuse_transaction_pooling(dsn, store.where))
             store._pool = await store._guard(
                 "open",
                 lambda: asyncpg.create_pool(
