@@ -49,11 +49,12 @@ async def open_consumers(
     frames: bool = False,
     shard: Shard | None = None,
     local: bool = False,
-    installation: str | None = None,
+    installation: str = "0a1b2c3d",
     **options: Any,
 ) -> Consumers:
     """The consumers of ``settings`` on its own outbox, started: its webhook targets and MQTT
-    (with ``local``, stdout and the file too); ``options``: :class:`Consumers`'."""
+    (with ``local``, stdout and the file too) for the installation ``installation`` (its MQTT
+    topics); ``options``: :class:`Consumers`'."""
     deliverers = deliverers_of(
         settings, metrics, links=links, frames=frames, shard=shard, installation=installation
     )
