@@ -421,8 +421,9 @@ class Service:
             self.lease_gate.start(config, change.settings)
 
     def _delivery_options(self) -> dict[str, Any]:
-        """What the outbox sink needs of the service: picture links to sign, and whether the
-        history keeps the vehicles' pictures."""
+        """What the outbox sink needs of the service: picture links to sign, whether the
+        history keeps the vehicles' pictures, the cameras it runs and the installation's id
+        (its MQTT topics)."""
         return {
             "links": self.links,
             "frames": self.settings.storage.enabled,
