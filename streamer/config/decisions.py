@@ -141,7 +141,11 @@ class EventsConfig(Section):
         "has confident_share confidence and they back it (>= min_reads).",
     )
     confident_share: float = Field(
-        0.8, ge=0.5, le=1, description="Confidence a track's text needs to be reported early."
+        0.8,
+        ge=0.5,
+        le=1,
+        description="Confidence a track's text needs on one look (not counting independent "
+        "looks, docs/events.md) to be reported early.",
     )
     confident_span_s: float = Field(
         2.0,

@@ -24,8 +24,19 @@ confidence by more than ``CLOSE_ENOUGH``, or ``MAX_CANDIDATES`` were seen) and
 takes the first valid one. Its ``confidence`` is its probability among the valid
 strings, ``P(text) / (P(valid strings seen) + P(strings not enumerated))``:
 every string it did not look at counts as a valid rival, so the figure never
-overstates. docs/ACCURACY.md measures how well
-it is calibrated on the labelled set.
+overstates.
+
+The mean keeps a doubt, but it also ignores that the doubt was looked at again: eight
+reads of 8 against three of 3 in one position, spread over a second and a half of a
+passing car, are worth more than one read at 8:3. Reads further apart in stream time than
+``DECORRELATION_S`` are seen in another pose, light and blur, and their errors are no
+longer the same error; :func:`independent_looks` counts the pieces of evidence that far
+apart (at most ``MAX_LOOKS``), and the confidence is computed on the fused distributions
+raised to that power and normalised (:func:`sharpened`: what that many independent reads,
+each with the mean's doubt, would give). The text is always the one the mean decodes; only
+its confidence counts the looks. A still image stands for one look however long it
+stands, and frames within one second are one look at any frame rate. docs/ACCURACY.md
+measures how well the confidence is calibrated on the labelled set.
 """
 
 from __future__ import annotations
@@ -49,6 +60,12 @@ MAX_CANDIDATES = 64
 ENOUGH_MASS = 0.999
 #: ...or once what it has not looked at is under this fraction of the best valid string's.
 CLOSE_ENOUGH = 0.01
+#: Seconds of stream time after which a vehicle's reads are independent looks at its plate
+#: (another pose, light and blur); nearer reads repeat each other's misreads.
+DECORRELATION_S = 1.0
+#: Independent looks credited at most: a car waiting at a barrier is seen in the same light
+#: for a minute, and its reads never become sixty independent witnesses.
+MAX_LOOKS = 3
 
 
 def rows_of(text: str, char_probs: CharProbs | None) -> list[Distribution]:
@@ -97,6 +114,25 @@ def normalised(sums: Sequence[Distribution]) -> list[Distribution]:
     return out
 
 
+def independent_looks(times: Iterable[float]) -> int:
+    """How many independent looks pieces of evidence at stream ``times`` are: those at
+    least ``DECORRELATION_S`` after the previous one counted, from the first, at most
+    ``MAX_LOOKS`` (at least 1)."""
+    looks, last = 0, -math.inf
+    for t in sorted(times):
+        if t - last >= DECORRELATION_S:
+            looks, last = looks + 1, t
+    return max(1, min(looks, MAX_LOOKS))
+
+
+def sharpened(positions: Sequence[Distribution], looks: int) -> list[Distribution]:
+    """Each position's distribution raised to the power ``looks`` and normalised: what
+    ``looks`` independent reads, each as doubtful as the distribution, agree on."""
+    if looks <= 1:
+        return [dict(row) for row in positions]
+    return normalised([{c: p**looks for c, p in row.items()} for row in positions])
+
+
 @dataclass(frozen=True, slots=True)
 class Decoded:
     """The best valid string of some fused positions (``valid`` False: none found, ``text``
@@ -109,6 +145,8 @@ class Decoded:
     valid: bool
     tied: bool
     chars: tuple[float, ...] = ()
+    #: Set by the vote when ``confidence`` counts independent looks: the one-look figure.
+    one_look: float | None = None
 
 
 def decode(

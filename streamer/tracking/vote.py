@@ -12,7 +12,8 @@ distribution is the weighted mean of the reads' character probabilities (the
 BLS model's, CTC-aligned), reads of the track's string length position by
 position and reads of other lengths aligned to it by edit operations; the text
 is the most probable string of those positions that a plate format accepts,
-and its confidence is that string's probability among the valid ones.
+and its confidence is that string's probability among the valid ones, counting
+the independent looks its evidence spans (pieces at least a second apart).
 
 The string length is chosen first: the length with the most weight whose fused
 positions give a valid plate (a ``Y836XH7`` with its last digit dropped is
@@ -44,6 +45,7 @@ pass is only reported when enough reads equal it (``events.min_reads``).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -73,7 +75,8 @@ class VoteResult:
     """The outcome of a vote.
 
     ``confidence`` (0..1): the probability of ``text`` among the valid plates,
-    from the fused character probabilities (streamer/tracking/fusion.py). ``reads``: reads
+    from the fused character probabilities and the independent looks at them
+    (streamer/tracking/fusion.py). ``reads``: reads
     in the vote; ``evidence``: the pieces of evidence they make; ``support``:
     evidence for ``text``, each piece counting the share of its weight that reads
     within Levenshtein distance 1 of ``text`` have;
@@ -97,13 +100,22 @@ class VoteResult:
     tied: bool = False
     #: Per character of ``text``, its fused probability.
     chars: tuple[float, ...] = ()
+    #: The confidence one look gives (the mean's, not counting independent looks:
+    #: fusion.py); what an early report needs, so that repeated misreads of a slow car
+    #: never make it sooner. None: as ``confidence``.
+    one_look: float | None = None
+
+    @property
+    def one_look_confidence(self) -> float:
+        return self.confidence if self.one_look is None else self.one_look
 
     def is_confident(self, confident_reads: int, confident_share: float) -> bool:
-        """Valid, backed by ``confident_reads`` pieces of evidence, ``confident_share`` sure."""
+        """Valid, backed by ``confident_reads`` pieces of evidence, ``confident_share`` sure
+        on one look."""
         return (
             self.valid
             and self.support >= confident_reads - 1e-9
-            and self.confidence >= confident_share
+            and self.one_look_confidence >= confident_share
         )
 
 
@@ -254,14 +266,16 @@ class PlateVote:
             for text, n in e.counts.items():
                 counts[text] += n
         kept = self._same_plate(by_text, counts)
-        rows = [row for e in self._evidence for row in e.text_rows(kept)]
+        per_piece = [(e.t, e.text_rows(kept)) for e in self._evidence]
+        rows = [row for _, piece in per_piece for row in piece]
+        looks = fusion.independent_looks(t for t, piece in per_piece if piece)
         by_length: dict[int, float] = defaultdict(float)
         for w, length, _ in rows:
             by_length[length] += w
         lengths = sorted(by_length, key=by_length.__getitem__, reverse=True)[:LENGTHS_TRIED]
         decoded = None
         for length in lengths:
-            attempt = self._fuse(rows, length)
+            attempt = self._fuse(rows, length, looks)
             if decoded is None or (attempt.valid and not decoded.valid):
                 decoded = attempt
             if attempt.valid:
@@ -274,6 +288,7 @@ class PlateVote:
         return VoteResult(
             text=text,
             confidence=decoded.confidence,
+            one_look=decoded.one_look,
             reads=self._reads,
             evidence=len(self._evidence),
             support=sum(share for _, pairs in shares for s, share in pairs if _within_one(s, text)),
@@ -307,10 +322,11 @@ class PlateVote:
         return kept
 
     def _fuse(
-        self, rows: list[tuple[float, int, list[fusion.Distribution]]], length: int
+        self, rows: list[tuple[float, int, list[fusion.Distribution]]], length: int, looks: int
     ) -> fusion.Decoded:
         """The fused text of ``length`` characters: the reads of that length position by
-        position, then the others aligned to their best string."""
+        position, then the others aligned to their best string; its confidence counting
+        ``looks`` independent looks (fusion.py), its characters' probabilities the mean's."""
         sums: list[fusion.Distribution] = [{} for _ in range(length)]
         for w, n, probs in rows:
             if n == length:
@@ -320,4 +336,13 @@ class PlateVote:
             if n != length:
                 for i, j in fusion.aligned_positions(fusion.best_text(probs), reference):
                     fusion.add_row(sums[j], probs[i], w)
-        return fusion.decode(fusion.normalised(sums), self.formats)
+        positions = fusion.normalised(sums)
+        decoded = fusion.decode(positions, self.formats)
+        if looks <= 1 or not decoded.valid:
+            return decoded
+        looked = fusion.decode(fusion.sharpened(positions, looks), self.formats)
+        if looked.text != decoded.text:
+            return decoded  # (powers can reorder strings that differ in several places)
+        return dataclasses.replace(
+            decoded, confidence=looked.confidence, one_look=decoded.confidence
+        )

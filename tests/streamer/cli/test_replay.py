@@ -236,7 +236,8 @@ def test_replay_scores_the_clips_through_the_service(
     )
     table = capsys.readouterr().out
     assert re.search(
-        r"\| yard \| O567AM76 Y836XH76 \| O567AM76 \(0\.\d\d\) Y836XH76 \(0\.\d\d\) \| 2 \| 0 \|",
+        r"\| yard \| O567AM76 Y836XH76 \| O567AM76 \([01]\.\d\d\) "
+        r"Y836XH76 \([01]\.\d\d\) \| 2 \| 0 \|",
         table,
     )
     # Each pass with its confidence, and whether it was right.

@@ -78,3 +78,33 @@ def test_rows_are_added_weighted_and_normalised() -> None:
         pytest.approx({"1": 2 / 3, "7": 1 / 3}),
     ]
     assert fusion.best_text(sums) == "A1"
+
+
+@pytest.mark.parametrize(
+    ("times", "looks"),
+    [
+        ([], 1),
+        ([5.0], 1),
+        ([0.0, 0.2, 0.4, 0.6, 0.8], 1),  # within a second: one look, at any frame rate
+        ([i / 30 for i in range(30)], 1),
+        ([0.0, 0.5, 1.0, 1.5], 2),
+        ([2.0, 0.0, 1.0], 3),  # order does not matter
+        ([0.0, 0.9, 1.8], 2),  # 0.9 is too near 0.0, 1.8 is a second after it
+        ([float(i) for i in range(60)], fusion.MAX_LOOKS),  # a minute is not sixty witnesses
+    ],
+)
+def test_independent_looks_are_evidence_a_second_apart(times: list[float], looks: int) -> None:
+    assert fusion.independent_looks(times) == looks
+
+
+def test_sharpened_is_what_agreeing_independent_looks_give() -> None:
+    rows = [{"8": 0.75, "3": 0.25}, {"6": 1.0}]
+    assert fusion.sharpened(rows, 1) == rows
+    assert fusion.sharpened(rows, 2) == [
+        pytest.approx({"8": 0.9, "3": 0.1}),  # 0.5625 against 0.0625
+        pytest.approx({"6": 1.0}),
+    ]
+    # The order of a position's characters never changes: only how sure it is.
+    three = fusion.sharpened([{"C": 0.4, "O": 0.35, "H": 0.25}], 3)[0]
+    assert sorted(three, key=three.__getitem__, reverse=True) == ["C", "O", "H"]
+    assert three["C"] > 0.4

@@ -1,5 +1,6 @@
 import pytest
 
+from streamer.tracking import fusion
 from streamer.tracking.plate_formats import PlateFormats
 from streamer.tracking.vote import PlateVote, VoteResult
 
@@ -67,7 +68,7 @@ def test_reads_of_something_else_do_not_dilute_the_plate(monkeypatch: pytest.Mon
     assert plate is not None and result is not None
     assert (result.text, result.exact, result.reads) == ("Y836XH76", 8, 18)
     # Set aside, the edge-on reads leave the plate the confidence its own reads give...
-    assert result.confidence == pytest.approx(plate.confidence)
+    assert result.one_look_confidence == pytest.approx(plate.one_look_confidence)
     assert result.confidence > 0.5  # (the default events.min_confidence)
     # ...and they are still what was read: listed among the candidates.
     assert "O71YY76" in dict(result.candidates)
@@ -75,7 +76,7 @@ def test_reads_of_something_else_do_not_dilute_the_plate(monkeypatch: pytest.Mon
     monkeypatch.setattr("streamer.tracking.vote.SAME_PLATE_SIMILARITY", -1.0)
     diluted = _plate_then_edge_on().result()
     assert diluted is not None and diluted.text == "Y836XH76"
-    assert diluted.confidence < 0.5 * plate.confidence
+    assert diluted.one_look_confidence < 0.5 * plate.one_look_confidence
 
 
 def test_a_plate_read_often_stays_the_reference_among_diverse_misreads() -> None:
@@ -133,7 +134,11 @@ def test_o_wins_over_c_once_it_has_more_weight(c_reads: int, o_reads: int, expec
     assert result.valid
     assert result.support == c_reads + o_reads  # the two are one edit apart
     assert result.exact == (c_reads if expected == "C567AM76" else o_reads)
-    assert result.confidence == pytest.approx(max(c_reads, o_reads) / (c_reads + o_reads))
+    # The mean's figure for one look; reads a second apart are more looks, agreeing more.
+    share = max(c_reads, o_reads) / (c_reads + o_reads)
+    looks = fusion.independent_looks(100.0 + i / 15 for i in range(c_reads + o_reads))
+    assert result.one_look_confidence == pytest.approx(share)
+    assert result.confidence == pytest.approx(share**looks / (share**looks + (1 - share) ** looks))
 
 
 def test_weight_not_count_decides() -> None:
@@ -340,7 +345,9 @@ def test_the_fused_probabilities_decide_not_the_best_paths() -> None:
     assert result is not None
     assert result.text == "O567AM76"
     assert result.chars[0] == pytest.approx((3 * 0.40 + 2 * 0.9) / 5)
-    assert result.confidence == pytest.approx(0.6)  # O 0.60 of O + C + H, all valid
+    # O 0.60 of O + C + H, all valid, on one look; five reads a second apart are three.
+    assert result.one_look_confidence == pytest.approx(0.6)
+    assert result.confidence == pytest.approx(0.6**3 / (0.6**3 + 0.31**3 + 0.09**3))
     assert result.exact == 2  # min_reads still counts reads equal to the text
 
 
@@ -367,3 +374,37 @@ def test_reads_of_another_length_add_to_the_positions_they_share() -> None:
     assert result is not None
     assert result.text == "O567AM76"
     assert result.chars[0] == pytest.approx((0.5 + 0.5 + 0.9) / 3)
+
+
+def _eight_against_three(times: list[float]) -> VoteResult:
+    """Eleven reads of the silver car: eight see its 8, three a 3 (the second character)."""
+    vote = PlateVote(PlateFormats())
+    for i, t in enumerate(times):
+        text = "Y336XH76" if i % 4 == 3 else "Y836XH76"
+        vote.add(text, 0.9, 0.5, t=t, char_probs=_confusable(text, 0.97))
+    result = vote.result()
+    assert result is not None
+    return result
+
+
+def test_reads_spread_over_seconds_are_more_sure_than_the_same_reads_in_one() -> None:
+    burst = _eight_against_three([100.0 + i / 15 for i in range(11)])  # 0.7 s: one look
+    passing = _eight_against_three([100.0 + i / 5 for i in range(11)])  # 2 s: three looks
+    assert burst.text == passing.text == "Y836XH76"
+    assert burst.confidence == pytest.approx(burst.one_look_confidence)
+    assert passing.one_look_confidence == pytest.approx(burst.one_look_confidence)
+    assert burst.confidence < 0.8 < passing.confidence
+    # An early report asks for its share on one look: looks never make it sooner.
+    assert not passing.is_confident(1, 0.8)
+
+
+def test_a_still_image_read_for_a_minute_is_one_look() -> None:
+    vote = PlateVote(PlateFormats())
+    vote.add("C567AM76", 0.9, 0.5, t=0.0)
+    for i in range(1, 300):
+        text = "O567AM76" if i % 3 == 0 else "C567AM76"
+        vote.add(text, 0.9, 0.5, t=i / 5, new=False)
+    result = vote.result()
+    assert result is not None and result.evidence == 1
+    assert result.confidence == pytest.approx(result.one_look_confidence)
+    assert result.confidence == pytest.approx(2 / 3, abs=0.01)
