@@ -43,6 +43,7 @@ from streamer.ops.redact import redact_text, redact_url, secrets_of
 
 _LOG = logging.getLogger(__name__)
 
+_BACKOFF_MAX_EXPONENT = 64  # 2**64 times any initial delay is past any configured max
 _BACKOFF_RESET_AFTER_S = 5.0  # a session that delivered frames this long resets the backoff
 _MIN_RETRY_DELAY_S = 0.05
 
@@ -218,8 +219,10 @@ class CameraSource:
         return redact_text(text.replace(self._url, self.redacted_url), self._secrets)
 
     def _backoff(self, attempt: int) -> float:
-        """Full jitter: uniform in [0, min(max, initial * 2**attempt)]."""
-        cap = min(self.reconnect_max_delay_s, self.reconnect_initial_delay_s * 2.0**attempt)
+        """Full jitter: uniform in [0, min(max, initial * 2**attempt)]. The exponent stops
+        growing once the max is reached (``2.0**1024`` overflows: a camera down for a day)."""
+        growth = 2.0 ** min(attempt, _BACKOFF_MAX_EXPONENT)
+        cap = min(self.reconnect_max_delay_s, self.reconnect_initial_delay_s * growth)
         return max(_MIN_RETRY_DELAY_S, self._rng.uniform(0.0, cap))
 
     # -- the decode thread

@@ -95,6 +95,14 @@ async def test_unopenable_file_is_retried_when_looping(
     assert len(warnings) == 1, [r.getMessage() for r in warnings]  # once per state change
 
 
+def test_the_reconnect_delay_stays_bounded_after_thousands_of_failures(tmp_path: Path) -> None:
+    # A camera down for a day fails thousands of times; 2.0**1024 would overflow.
+    source = make_source(tmp_path / "missing.ts", FrameQueue(2, "wait"), loop_file=True)
+    delays = [source._backoff(attempt) for attempt in (0, 10, 1_023, 1_024, 100_000)]
+    assert all(0 < d <= source.reconnect_max_delay_s for d in delays), delays
+    assert source._backoff(0) <= source.reconnect_initial_delay_s
+
+
 async def test_drop_oldest_counts_drops_in_stats(clip: Path) -> None:
     queue = FrameQueue(1, "drop_oldest")
     source = make_source(clip, queue)

@@ -132,6 +132,8 @@ async def test_healthz_fails_while_a_part_crash_loops() -> None:
 def test_the_backoff_doubles_up_to_its_cap() -> None:
     supervisor = Supervisor(backoff_s=1.0, max_backoff_s=30.0)
     assert [supervisor.backoff(n) for n in range(1, 8)] == [1, 2, 4, 8, 16, 30, 30]
+    # A part that crash-loops all night: thousands of crashes, still the cap.
+    assert [supervisor.backoff(n) for n in (1_025, 1_100, 100_000)] == [30, 30, 30]
 
 
 async def test_a_part_runs_once_at_a_time() -> None:
