@@ -300,7 +300,7 @@ class Service:
                 holder=holder_id(self.settings.outbox.path),
             )
         self.lease_gate = LeaseGate(self.cameras, leases, FRAMES_GRACE_S, leased=self.replica)
-        self.publisher.fence = self.lease_gate.may_publish
+        self.publisher.fence = self.lease_gate
         for config in self.settings.enabled_cameras:
             if self.shard.holds(config.name):
                 self.lease_gate.start(config, self.settings)

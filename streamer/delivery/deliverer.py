@@ -108,12 +108,18 @@ class Deliverer(Protocol):
         ...
 
 
+class RefusedError(Exception):
+    """A consumer in this process will never take this event (the history: a stale lease
+    holder's event): a dead letter, not tried again."""
+
+
 class LocalDeliverer:
     """A consumer in this process (the history, a JSON-lines file, stdout): :meth:`write`
     of a subclass does the work; this turns it into outcomes.
 
-    Never a dead letter: a failed write is tried again with a capped backoff until it
-    succeeds (what a history or a file that is back needs). A write that does not return
+    A failed write is tried again with a capped backoff until it succeeds (what a history
+    or a file that is back needs); only an event the consumer refuses for good
+    (:class:`RefusedError`) becomes a dead letter. A write that does not return
     within ``timeout_s`` (a hung disk or database) counts as failed but goes on: the next
     attempt of that event waits for it (and is delivered if it succeeded), and no more than
     ``max_concurrency`` writes are ever running, so a hung one parks no more threads.
@@ -138,7 +144,8 @@ class LocalDeliverer:
         self.max_concurrency = max_concurrency
         self.timeout_s = timeout_s
         metrics.known(
-            metrics.consumer_deliveries, *((name, kind) for kind in ("delivered", "retry"))
+            metrics.consumer_deliveries,
+            *((name, kind) for kind in ("delivered", "retry", "dead")),
         )
         #: message id -> its write (running, or done and not yet looked at).
         self._writes: dict[str, asyncio.Future[None]] = {}
@@ -199,6 +206,9 @@ class LocalDeliverer:
                 await asyncio.shield(write)
         except TimeoutError:
             return self._failed(f"no answer within {self.timeout_s:g} s")
+        except RefusedError as exc:  # never to be taken
+            self._writes.pop(key, None)
+            return Outcome("dead", str(exc)[:500])
         except Exception as exc:  # the write failed: tried again
             self._writes.pop(key, None)
             return self._failed(f"{type(exc).__name__}: {exc}"[:300])

@@ -39,8 +39,25 @@ class Sighting:
 
     @classmethod
     def of(cls, frame: Frame) -> Sighting:
-        moment = datetime.fromtimestamp(frame.wall_time, tz=UTC)
-        return cls(moment.isoformat(timespec="milliseconds"), round(frame.pts_s, 3))
+        return cls(utc_iso(frame.wall_time), round(frame.pts_s, 3))
+
+
+def utc_iso(unix_s: float) -> str:
+    """Unix time ``unix_s`` as the events write times: ISO 8601 UTC, to the millisecond."""
+    return datetime.fromtimestamp(unix_s, tz=UTC).isoformat(timespec="milliseconds")
+
+
+@dataclass(frozen=True)
+class LeaseStamp:
+    """The camera lease an event was decided under (streamer/pipeline/leases.py, "Fencing"):
+    its fencing token, and when (UTC) the replica decided the event while it held it."""
+
+    token: int
+    decided_at: str
+
+    @property
+    def decided_at_unix(self) -> float:
+        return datetime.fromisoformat(self.decided_at).timestamp()
 
 
 @dataclass(frozen=True)
@@ -81,6 +98,8 @@ class PlateEvent:
     #: Why the pass was withheld (``low_confidence``, ``few_reads``), for a
     #: ``plate.withheld`` event; None for a reported pass.
     withheld: str | None = None
+    #: The camera lease it was decided under (None: the replica takes no leases).
+    lease: LeaseStamp | None = None
 
     @property
     def type(self) -> str:
@@ -129,6 +148,8 @@ class PlateEvent:
             payload["alert"] = True
         if self.withheld is not None:
             payload["withheld"] = self.withheld
+        if self.lease is not None:
+            payload["lease"] = {"token": self.lease.token, "decided_at": self.lease.decided_at}
         if include_crop:
             payload["crop_jpeg_base64"] = base64.b64encode(self.crop_jpeg).decode("ascii")
         return payload
@@ -141,6 +162,7 @@ class PlateEvent:
         log keeps it, with its pictures (a consumer of the log rebuilds it so)."""
         first, last = payload["first_seen"], payload["last_seen"]
         box = payload["box"]
+        lease = payload.get("lease")
         return cls(
             event_id=str(payload["event_id"]),
             camera=str(payload["camera"]),
@@ -165,6 +187,11 @@ class PlateEvent:
             char_confidence=tuple(float(c) for c in payload.get("char_confidence", ())),
             frame_jpeg=frame,
             withheld=payload.get("withheld"),
+            lease=(
+                LeaseStamp(int(lease["token"]), str(lease["decided_at"]))
+                if lease is not None
+                else None
+            ),
         )
 
 
@@ -212,9 +239,13 @@ def vehicle_jpeg(
 
 
 async def build_event(
-    plate_pass: PlatePass, jpeg_quality: int, frame_max_width: int | None = None
+    plate_pass: PlatePass,
+    jpeg_quality: int,
+    frame_max_width: int | None = None,
+    lease: LeaseStamp | None = None,
 ) -> PlateEvent:
-    """The event of a decided pass; with ``frame_max_width``, with its vehicle picture."""
+    """The event of a decided pass (``lease``: decided under that camera lease); with
+    ``frame_max_width``, with its vehicle picture."""
     best_frame, best = plate_pass.best_frame, plate_pass.best
 
     def pictures() -> tuple[bytes, bytes | None]:
@@ -250,6 +281,7 @@ async def build_event(
         char_confidence=plate_pass.char_confidence,
         frame_jpeg=frame_jpeg,
         withheld=plate_pass.withheld,
+        lease=lease,
     )
 
 

@@ -35,11 +35,11 @@ import logging
 import random
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Protocol
 
 from streamer.delivery.event_queue import EventQueue, event_bytes
-from streamer.delivery.events import EventSink, PlateEvent, build_event
+from streamer.delivery.events import EventSink, LeaseStamp, PlateEvent, build_event, utc_iso
 from streamer.delivery.outbox import OutboxError
 from streamer.delivery.recent_events import RecentEvents, texts_of
 from streamer.delivery.retry import backoff_delay
@@ -73,6 +73,17 @@ class EventLog(Protocol):
         ...
 
 
+class Fence(Protocol):
+    """Whether a camera's decisions may be published now, and under which lease
+    (streamer/pipeline/lease_gate.py)."""
+
+    def may_publish(self, camera: str) -> bool: ...
+
+    def token(self, camera: str) -> int | None:
+        """The fencing token of ``camera``'s lease held here (None: no leases taken)."""
+        ...
+
+
 class EventPublisher:
     """Takes decided passes from the pipelines and commits their events to the log."""
 
@@ -98,8 +109,9 @@ class EventPublisher:
         #: has the record of them.
         self.erased: set[str] = set()
         #: Whether a camera's decisions may be published now (its lease is valid here:
-        #: streamer/pipeline/lease_gate.py); None: always.
-        self.fence: Callable[[str], bool] | None = None
+        #: streamer/pipeline/lease_gate.py), and the lease's token each event carries;
+        #: None: always, without a token.
+        self.fence: Fence | None = None
         self.fenced = 0  # decisions refused: their camera's lease had run out
         self.emitted = 0  # passes reported (version 1)
         self.updates = 0  # corrections (plate.updated)
@@ -174,16 +186,15 @@ class EventPublisher:
     async def _event(self, plate_pass: PlatePass) -> PlateEvent | None:
         """The event of ``plate_pass`` (None for an erased pass, or one decided once its
         camera's lease had run out here); its frame is let go."""
-        if self.fence is not None and not self.fence(plate_pass.camera):
-            self.fenced += 1
-            LOG.warning(
-                "pass %s v%d on %s: decided after its camera's lease ran out here (another "
-                "replica may run it): not published",
-                plate_pass.event_id,
-                plate_pass.version,
-                plate_pass.camera,
-            )
-            return None
+        lease = None
+        if self.fence is not None:
+            # The time first, then the check: an event stamped while its lease was valid
+            # here (a freeze after the check only delays it), else refused.
+            decided_at = time.time()
+            if not self.fence.may_publish(plate_pass.camera):
+                return self._refuse(plate_pass)
+            token = self.fence.token(plate_pass.camera)
+            lease = LeaseStamp(token, utc_iso(decided_at)) if token is not None else None
         if plate_pass.event_id in self.erased:
             LOG.info(
                 "pass %s v%d of an erased plate: not published",
@@ -191,7 +202,18 @@ class EventPublisher:
                 plate_pass.version,
             )
             return None
-        return await build_event(plate_pass, self.jpeg_quality, self.frame_max_width)
+        return await build_event(plate_pass, self.jpeg_quality, self.frame_max_width, lease)
+
+    def _refuse(self, plate_pass: PlatePass) -> None:
+        """``plate_pass`` was decided after its camera's lease ran out here: not published."""
+        self.fenced += 1
+        LOG.warning(
+            "pass %s v%d on %s: decided after its camera's lease ran out here (another "
+            "replica may run it): not published",
+            plate_pass.event_id,
+            plate_pass.version,
+            plate_pass.camera,
+        )
 
     def _queue_full(self, camera: str) -> None:
         """``camera``'s pipeline waits for room: counted; the episode logged once."""

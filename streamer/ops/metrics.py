@@ -124,7 +124,7 @@ class Metrics:
         self.consumer_deliveries = Counter(
             "lpr_consumer_deliveries",
             "Attempts of the consumers in this process (history, stdout, file) by outcome "
-            "(delivered, retry).",
+            "(delivered, retry, dead: refused for good, a stale lease holder's event).",
             ["consumer", "outcome"],
             registry=r,
         )

@@ -81,6 +81,13 @@ class LeaseGate:
         else only while its lease is valid here."""
         return not self.leased or (self.leases is not None and self.leases.valid(camera))
 
+    def token(self, camera: str) -> int | None:
+        """The fencing token of ``camera``'s lease held here, which its events carry (None:
+        no leases taken)."""
+        if not self.leased or self.leases is None:
+            return None
+        return self.leases.token(camera)
+
     async def stopped(self, names: list[str]) -> None:
         """These cameras were stopped (a reload): let their leases go."""
         for name in names:

@@ -21,20 +21,32 @@ so a replica restarted on its own (after ``kill -9``, say) takes its leases back
 while a replacement elsewhere waits for the TTL.
 
 The holder's side of it: a lease is valid here until ``2/3`` of the TTL after the last
-renewal that succeeded was *sent* (:meth:`CameraLeases.valid`; the monotonic clock runs on
-while the process is stopped). Past that, the camera is stopped and nothing it decides is
-published (streamer/delivery/publisher.py asks ``LeaseGate.may_publish``): a replica
-frozen past its lease and then continued publishes nothing before it notices, because its
-own deadline passed a third of the TTL before the server's. Rows hold no session state, so
-a transaction-pooling proxy (PgBouncer) in front of the database does not break them, as it
-broke the session advisory locks this replaced.
+renewal that succeeded was *sent* (:meth:`CameraLeases.valid`, on :func:`lease_clock`, which
+runs on while the process is stopped and, on Linux, while the host is suspended). Past that,
+the camera is stopped and nothing it decides is published (streamer/delivery/publisher.py
+asks ``LeaseGate.may_publish``): a replica frozen past its lease and then continued
+publishes nothing before it notices, because its own deadline passed a third of the TTL
+before the server's.
+
+Fencing: every take starts a *term*, a row of ``lpr_lease_terms`` (camera, token, holder,
+when it started in the server's clock). Each event a leased replica publishes carries its
+camera's token and when it was decided (``PlateEvent.lease``), and the history refuses an
+event whose camera had a newer term that started before the event was decided
+(streamer/store/postgresql.py): a stale holder's late events, whatever went wrong in it.
+An event decided within its lease was decided at least a third of the TTL before any
+newer term could start, so it is kept however late it arrives (the history down, say), as
+long as the replicas' clocks and the server's agree within that third (5 s at the default
+TTL; NTP keeps them within milliseconds). Terms are kept ``TERMS_KEPT_DAYS``.
+
+Rows hold no session state, so a transaction-pooling proxy (PgBouncer) in front of the
+database does not break them, as it broke the session advisory locks this replaced.
 
 Every replica on a PostgreSQL history (leases or not) also says which cameras it runs, in
 ``lpr_camera_runs`` (camera, holder, when last seen), at every renewal; a camera another
 replica was seen running within two renewals is run twice (two replicas without
 ``--shard`` on one history, a lease table changed by hand): an ERROR,
 ``lpr_camera_double_run``, and a readiness problem until it stops. No library does leases
-on asyncpg; they are four SQL statements.
+on asyncpg; they are a few SQL statements.
 """
 
 from __future__ import annotations
@@ -60,6 +72,11 @@ RENEWALS_PER_TTL = 5
 VALID_SHARE = 2 / 3
 #: A camera seen on another replica within this many renewals is run twice.
 DOUBLE_RUN_RENEWALS = 2
+#: Lease terms are kept this long: an event delayed longer is no longer checked against them.
+TERMS_KEPT_DAYS = 30
+#: The clock of a lease's validity here: it runs on while the host is suspended (Linux's
+#: CLOCK_BOOTTIME; CLOCK_MONOTONIC stops then, and would keep a lease valid over a sleep).
+_CLOCK = getattr(time, "CLOCK_BOOTTIME", time.CLOCK_MONOTONIC)
 
 SCHEMA = """
 CREATE SEQUENCE IF NOT EXISTS lpr_lease_token;
@@ -69,6 +86,13 @@ CREATE TABLE IF NOT EXISTS lpr_camera_leases (
     token bigint NOT NULL,
     expires_at timestamptz NOT NULL
 );
+CREATE TABLE IF NOT EXISTS lpr_lease_terms (
+    token bigint PRIMARY KEY,
+    camera text NOT NULL,
+    holder text NOT NULL,
+    started_at timestamptz NOT NULL
+);
+CREATE INDEX IF NOT EXISTS lpr_lease_terms_by_camera ON lpr_lease_terms (camera, token);
 CREATE TABLE IF NOT EXISTS lpr_camera_runs (
     camera text NOT NULL,
     holder text NOT NULL,
@@ -76,15 +100,23 @@ CREATE TABLE IF NOT EXISTS lpr_camera_runs (
     PRIMARY KEY (camera, holder)
 );
 """
-#: Take a free or expired lease (or this holder's own): its new token, else nothing.
+#: Take a free or expired lease (or this holder's own), starting a term: its new token,
+#: else nothing.
 TAKE = """
-INSERT INTO lpr_camera_leases AS l (camera, holder, token, expires_at)
-VALUES ($1, $2, nextval('lpr_lease_token'), now() + make_interval(secs => $3))
-ON CONFLICT (camera) DO UPDATE
-    SET holder = EXCLUDED.holder, token = EXCLUDED.token, expires_at = EXCLUDED.expires_at
-    WHERE l.expires_at < now() OR l.holder = EXCLUDED.holder
-RETURNING token
+WITH taken AS (
+    INSERT INTO lpr_camera_leases AS l (camera, holder, token, expires_at)
+    VALUES ($1, $2, nextval('lpr_lease_token'), now() + make_interval(secs => $3))
+    ON CONFLICT (camera) DO UPDATE
+        SET holder = EXCLUDED.holder, token = EXCLUDED.token, expires_at = EXCLUDED.expires_at
+        WHERE l.expires_at < now() OR l.holder = EXCLUDED.holder
+    RETURNING camera, holder, token
+), term AS (
+    INSERT INTO lpr_lease_terms (token, camera, holder, started_at)
+    SELECT token, camera, holder, now() FROM taken
+)
+SELECT token FROM taken
 """
+PRUNE_TERMS = "DELETE FROM lpr_lease_terms WHERE started_at < now() - make_interval(days => $1)"
 #: Renew this holder's leases: the cameras still held (a missing one was taken over).
 RENEW = """
 UPDATE lpr_camera_leases SET expires_at = now() + make_interval(secs => $3)
@@ -119,6 +151,11 @@ def holder_id(outbox: Path | None = None) -> str:
     return f"{socket.gethostname()}/{os.getpid()}/{secrets.token_hex(3)}"
 
 
+def lease_clock() -> float:
+    """Seconds on the clock leases are valid by here (see ``_CLOCK``)."""
+    return time.clock_gettime(_CLOCK)
+
+
 class LeaseError(Exception):
     """The lease database cannot be reached or answer in time."""
 
@@ -133,7 +170,8 @@ class CameraLeases:
         self.ttl_s = ttl_s
         self.holder = holder or holder_id()
         self._connection: asyncpg.Connection | None = None
-        #: Leases held: camera -> (fencing token, monotonic time until which it is valid).
+        #: Leases held: camera -> (fencing token, :func:`lease_clock` time until which it is
+        #: valid here).
         self.held: dict[str, tuple[int, float]] = {}
         self._lock = asyncio.Lock()  # one statement at a time on the connection
 
@@ -148,7 +186,7 @@ class CameraLeases:
     def valid(self, camera: str) -> bool:
         """Whether this replica may run ``camera`` now (see the module docstring)."""
         lease = self.held.get(camera)
-        return lease is not None and time.monotonic() < lease[1]
+        return lease is not None and lease_clock() < lease[1]
 
     def token(self, camera: str) -> int | None:
         lease = self.held.get(camera)
@@ -169,6 +207,7 @@ class CameraLeases:
             async with connection.transaction():
                 await connection.execute("SELECT pg_advisory_xact_lock(hashtext('lpr_leases'))")
                 await connection.execute(SCHEMA)
+                await connection.execute(PRUNE_TERMS, TERMS_KEPT_DAYS)
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as exc:
             await self._drop()
             raise LeaseError(f"camera leases: cannot set up {self.where}: {exc}") from None
@@ -177,7 +216,7 @@ class CameraLeases:
         """Take ``camera``'s lease if no other replica holds it; True if this one now does."""
         if self.valid(camera):
             return True
-        sent = time.monotonic()
+        sent = lease_clock()
         token = await self._query("fetchval", TAKE, camera, self.holder, self.ttl_s)
         if token is None:
             return False
@@ -190,7 +229,7 @@ class CameraLeases:
         the leases then stay valid here until their deadlines, no longer."""
         if not self.held:
             return set()
-        sent = time.monotonic()
+        sent = lease_clock()
         rows = await self._query("fetch", RENEW, self.holder, list(self.held), self.ttl_s)
         kept = {row["camera"] for row in rows}
         lost = set(self.held) - kept

@@ -46,6 +46,11 @@ class StoreError(Exception):
     """The history's database failed (disk full, I/O error, unreadable file, ...)."""
 
 
+class StaleLeaseError(Exception):
+    """An event of a stale lease holder: its camera had a newer lease before the event was
+    decided (streamer/pipeline/leases.py, "Fencing"); the history never keeps it."""
+
+
 class CursorError(ValueError):
     """A cursor this store did not give out."""
 

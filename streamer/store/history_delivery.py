@@ -7,16 +7,20 @@ only itself: its events stay pending in the log and are written again with a cap
 until the store takes them (streamer/delivery/deliverer.py, :class:`LocalDeliverer`), also
 after a restart. The store's writes are upserts on ``(event_id, version)``, so a write
 tried again after one that did go through changes nothing.
+
+An event of a stale lease holder (a camera another replica had taken before the event was
+decided: streamer/pipeline/leases.py, "Fencing") is refused by a PostgreSQL history: a dead
+letter, never written.
 """
 
 from __future__ import annotations
 
 from streamer.config import HISTORY_CONSUMER
-from streamer.delivery.deliverer import LocalDeliverer
+from streamer.delivery.deliverer import LocalDeliverer, RefusedError
 from streamer.delivery.events import PlateEvent
 from streamer.delivery.outbox_sql import PendingDelivery
 from streamer.ops.metrics import Metrics
-from streamer.store.base import EventStore
+from streamer.store.base import EventStore, StaleLeaseError
 
 #: Writes to the store at once (one per camera: each camera's events in order).
 HISTORY_CONCURRENCY = 4
@@ -39,4 +43,8 @@ class HistoryDeliverer(LocalDeliverer):
     async def write(self, item: PendingDelivery) -> None:
         if item.crop is None:
             raise ValueError("the history needs the crop (next_batch(with_crop=True))")
-        await self.store.add(PlateEvent.from_payload(item.payload, item.crop, item.frame))
+        event = PlateEvent.from_payload(item.payload, item.crop, item.frame)
+        try:
+            await self.store.add(event)
+        except StaleLeaseError as exc:
+            raise RefusedError(str(exc)) from None

@@ -43,6 +43,7 @@ from streamer.ops.redact import redact_text, redact_url
 from streamer.store.base import (
     EventQuery,
     Page,
+    StaleLeaseError,
     StoredEvent,
     StoreError,
     decode_cursor,
@@ -103,6 +104,13 @@ CREATE INDEX IF NOT EXISTS passes_by_text ON passes(text);
 CREATE INDEX IF NOT EXISTS passes_by_label ON passes(label, seq);
 CREATE INDEX IF NOT EXISTS passes_reported ON passes(seq) WHERE NOT withheld;
 CREATE INDEX IF NOT EXISTS passes_withheld ON passes(seq) WHERE withheld;
+"""
+#: The newer term of an event's camera lease that had started when the event was decided
+#: (``lpr_lease_terms`` is written by the leases: streamer/pipeline/leases.py, "Fencing").
+NEWER_TERM = """
+SELECT token, holder, started_at FROM lpr_lease_terms
+WHERE camera = $1 AND token > $2 AND started_at <= to_timestamp($3)
+ORDER BY token LIMIT 1
 """
 _MARK = re.compile(r"\?")
 
@@ -230,6 +238,8 @@ class PostgresEventStore:
         first_seen = datetime.fromisoformat(event.first_seen.utc).timestamp()
 
         async def add(conn: asyncpg.Connection) -> None:
+            if event.lease is not None:
+                await _refuse_stale(conn, event)
             async with conn.transaction():
                 await conn.execute(
                     "INSERT INTO passes (event_id, camera, text, label, alert, first_seen, "
@@ -368,6 +378,26 @@ class PostgresEventStore:
             return bytes(value) if value is not None else None
 
         return await self._call(picture, column)
+
+
+async def _refuse_stale(conn: asyncpg.Connection, event: PlateEvent) -> None:
+    """Raise :class:`StaleLeaseError` when ``event``'s camera had a newer lease term than the
+    one it carries before it was decided (a stale holder's late event)."""
+    assert event.lease is not None
+    try:
+        newer = await conn.fetchrow(
+            NEWER_TERM, event.camera, event.lease.token, event.lease.decided_at_unix
+        )
+    except asyncpg.UndefinedTableError:
+        return  # no lease was ever taken on this database: no newer term either
+    if newer is not None:
+        raise StaleLeaseError(
+            f"event {event.message_id} of camera {event.camera} was decided at "
+            f"{event.lease.decided_at} under lease token {event.lease.token}, after "
+            f"another replica ({newer['holder']}) took the camera's lease (token "
+            f"{newer['token']}, at {newer['started_at'].isoformat(timespec='milliseconds')}): "
+            "a stale holder's event, refused"
+        )
 
 
 async def _delete(conn: asyncpg.Connection, where: str, *args: Any) -> int:

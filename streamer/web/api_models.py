@@ -43,6 +43,11 @@ class KnownPlateMatch(Model):
     distance: int = Field(ge=0, description="Edits between the read text and the known plate.")
 
 
+class Lease(Model):
+    token: int = Field(description="The fencing token of the camera lease it was decided under.")
+    decided_at: str = Field(description="ISO 8601 UTC time the replica decided it.")
+
+
 class EventVersion(Model):
     """One message of a pass: its first report (``plate``), a correction (``plate.updated``),
     or the pass withheld (``plate.withheld``: decided, not reported)."""
@@ -72,6 +77,12 @@ class EventVersion(Model):
         exclude_if=_none,
         description="A withheld pass only: why it was not reported (low_confidence: under "
         "events.min_confidence; few_reads: read exactly fewer than events.min_reads times).",
+    )
+    lease: Lease | None = Field(
+        None,
+        exclude_if=_none,
+        description="Only from a replica that takes camera leases (--shard): the lease it "
+        "was decided under.",
     )
 
 

@@ -1,7 +1,8 @@
 """Leases with a time to live, on real processes and a real PostgreSQL: a replica frozen
 (SIGSTOP) with a camera loses it to its replacement within the TTL; continued (SIGCONT), it
 stops the camera before it publishes anything, and no pass it decided after the takeover
-reaches the receiver or the history. The standby is a second replica of the same config,
+reaches the receiver or the history; every event carries its lease's fencing token, the
+replacement's a larger one. The standby is a second replica of the same config,
 both with ``--shard 0/1``. Two replicas without ``--shard`` (no leases) run onto one camera
 are found out within two renewals."""
 
@@ -135,6 +136,11 @@ async def test_a_frozen_replica_loses_its_camera_and_publishes_nothing_after(
     }
     assert after and after <= published_by_b, (after - published_by_b, err_b[-2000:])
     assert not after & set(PUBLISHED.findall(err_a))
+    # Every event carries the lease it was decided under: B's took over with a larger token.
+    tokens = {row["event_id"]: json.loads(row["payload"])["lease"]["token"] for row in rows}
+    by_a = {tokens[e] for e in set(PUBLISHED.findall(err_a)) if e in tokens}
+    by_b = {tokens[e] for e in after}
+    assert by_a and len(by_b) == 1 and max(by_a) < min(by_b), (by_a, by_b)
 
 
 async def test_a_camera_run_on_two_replicas_is_found_within_two_renewals(

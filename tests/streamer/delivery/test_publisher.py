@@ -7,8 +7,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
 import logging
 import sqlite3
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -263,3 +265,50 @@ async def test_an_erased_pass_is_not_published(consumers: Consumers) -> None:
     assert not await consumers.append(
         await build_event(dataclasses.replace(other, event_id="pass-1"), 80)
     )  # the log refuses it too
+
+
+class ClockedFence:
+    """A camera lease that is valid until a given moment of a clock the test turns."""
+
+    def __init__(self, token: int) -> None:
+        self.now = 0.0
+        self.valid_until = 10.0
+        self.checked_at: list[float] = []
+        self._token = token
+
+    def may_publish(self, camera: str) -> bool:
+        self.checked_at.append(time.time())
+        return self.now < self.valid_until
+
+    def token(self, camera: str) -> int | None:
+        return self._token
+
+
+async def test_events_carry_the_lease_they_were_decided_under(consumers: Consumers) -> None:
+    """Each event of a leased camera carries its lease's token and the time it was decided,
+    read before the lease was found valid; once the lease ran out, nothing is published."""
+    publisher = EventPublisher(consumers.metrics, jpeg_quality=80, queue_max_bytes=2**24)
+    publisher.log = consumers
+    fence = ClockedFence(token=41)
+    publisher.fence = fence
+    recorder = Recorder()
+    publisher.observers = [recorder]
+    run = asyncio.create_task(publisher.run())
+    try:
+        await publisher.publish(_passes(2))
+        fence.now = 11.0  # the lease ran out here
+        await publisher.publish([dataclasses.replace(a_pass(), event_id="late")])
+        assert await publisher.drain(10)
+    finally:
+        run.cancel()
+        await asyncio.gather(run, return_exceptions=True)
+    assert [e.event_id for e in recorder.events] == ["pass-0", "pass-1"]
+    assert publisher.fenced == 1
+    for event, checked in zip(recorder.events, fence.checked_at, strict=False):
+        assert event.lease is not None and event.lease.token == 41
+        assert event.lease.decided_at_unix <= checked + 0.001  # (written to the millisecond)
+    with sqlite3.connect(consumers.outbox.path) as db:
+        logged = [json.loads(row[0]) for row in db.execute("SELECT payload FROM events")]
+    assert [p["lease"]["token"] for p in logged] == [41, 41]
+    publisher.fence = None
+    assert (await publisher._event(a_pass())).lease is None  # type: ignore[union-attr]

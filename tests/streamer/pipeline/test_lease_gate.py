@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from types import SimpleNamespace
 from typing import Any
 
+import asyncpg
 import pytest
 
 from streamer.pipeline.lease_gate import LeaseGate
@@ -78,6 +79,23 @@ async def test_a_lease_is_one_holders_until_it_expires(postgres: PostgresServer)
         assert a.token("yard") is None
         await b.release("yard")
         assert await a.take("yard")  # released: free at once
+        third = a.token("yard")
+        # Each take started a term, in the server's clock: the history fences by them.
+        connection = await asyncpg.connect(dsn)
+        try:
+            terms = await connection.fetch(
+                "SELECT token, holder, started_at FROM lpr_lease_terms WHERE camera = 'yard' "
+                "ORDER BY token"
+            )
+        finally:
+            await connection.close()
+        assert [(t["token"], t["holder"]) for t in terms] == [
+            (first, "a"),
+            (second, "b"),
+            (third, "a"),
+        ]
+        lasted = (terms[1]["started_at"] - terms[0]["started_at"]).total_seconds()
+        assert lasted >= TTL_S  # B's term started only once A's lease had expired
     finally:
         await a.close()
         await b.close()

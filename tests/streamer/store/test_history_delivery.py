@@ -1,6 +1,7 @@
 """The history as a consumer of the event log, on real parts: a SQLite history locked by
 another process, and a PostgreSQL history stopped under two real-time cameras. Meanwhile the
-webhook receiver gets every event at once; afterwards the history has every event, once.
+webhook receiver gets every event at once; afterwards the history has every event, once. A
+stale lease holder's event is the history's one dead letter.
 
 ``LPR_TEST_LOCK_S`` (20) and ``LPR_TEST_PG_DOWN_S`` (25) set how long each outage lasts."""
 
@@ -19,10 +20,13 @@ import pytest
 
 from converters import assets
 from streamer.app import Service
-from streamer.config import OutboxConfig, load_config
-from streamer.delivery.consumers import Consumers
+from streamer.config import OutboxConfig, StorageConfig, load_config
+from streamer.delivery.consumers import Consumers, Progress
+from streamer.delivery.events import LeaseStamp, utc_iso
 from streamer.delivery.webhook_delivery import WebhookPoster
 from streamer.ops.metrics import Metrics
+from streamer.pipeline.leases import CameraLeases
+from streamer.store.base import open_event_store
 from streamer.store.history_delivery import HistoryDeliverer
 from streamer.store.sqlite import SQLiteEventStore
 from tests.postgres_server import PostgresServer
@@ -186,3 +190,53 @@ async def test_the_log_lets_the_vehicle_picture_go_once_the_history_has_it(
     finally:
         await consumers.close()
         await store.close()
+
+
+async def test_a_stale_lease_holders_event_is_a_dead_letter_of_the_history(
+    tmp_path: Path, postgres: PostgresServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An event decided under a lease another replica had taken by then is refused by the
+    PostgreSQL history for good: a dead letter, not retried; the events around it are kept."""
+    dsn = postgres.database()
+    metrics = Metrics()
+    store = await open_event_store(StorageConfig(backend="postgresql", dsn=dsn))
+    old_holder, new_holder = (CameraLeases(dsn, "db", 3.0, holder=h) for h in ("old", "new"))
+    await old_holder.connect()
+    await new_holder.connect()
+    consumers = await Consumers.open(
+        OutboxConfig(path=tmp_path / "outbox.sqlite3"),
+        [HistoryDeliverer(store, metrics)],
+        metrics,
+        **FAST,
+    )
+    try:
+        assert await old_holder.take("yard")
+        old = old_holder.token("yard")
+        assert old is not None
+        before = LeaseStamp(old, utc_iso(time.time()))
+        await asyncio.sleep(0.05)
+        await old_holder.release("yard")
+        assert await new_holder.take("yard")
+        await asyncio.sleep(0.05)
+        after = LeaseStamp(old, utc_iso(time.time()))
+        kept, stale, next_one = (
+            dataclasses.replace(make_event("yard"), lease=lease) for lease in (before, after, None)
+        )
+        with caplog.at_level(logging.WARNING):
+            for event in (kept, stale, next_one):
+                await consumers.append(event)
+            progress = await consumers.wait_caught_up(20)
+        assert progress["history"] == Progress(delivered=2, dead=1, pending=0)
+        assert await store.get(kept.event_id) is not None
+        assert await store.get(next_one.event_id) is not None
+        assert await store.get(stale.event_id) is None
+        (letter,) = await consumers.outbox.dead_letters("history")
+        assert letter.event_id == stale.event_id and letter.attempts == 1
+        assert "a stale holder's event, refused" in letter.reason
+        assert any("dead letter" in r.getMessage() for r in caplog.records)
+        assert metrics.consumer_deliveries.labels("history", "dead")._value.get() == 1
+    finally:
+        await consumers.close()
+        await store.close()
+        await old_holder.close()
+        await new_holder.close()

@@ -1,18 +1,24 @@
 """What the PostgreSQL backend adds: one history for several replicas (each its own store
-on the same database), a history of schema 1 brought up to date (and one newer than this
-version refused), and a server that cannot be reached or refuses named without its
-password. The interface itself is tested on both backends in test_event_store.py."""
+on the same database), a stale lease holder's events refused (fencing), a history of
+schema 1 brought up to date (and one newer than this version refused), and a server that
+cannot be reached or refuses named without its password. The interface itself is tested on
+both backends in test_event_store.py."""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import socket
+import time
 from pathlib import Path
 
 import asyncpg
 import pytest
 
 from streamer.config import ConfigError, StorageConfig, load_config
-from streamer.store.base import EventQuery, StoreError, open_event_store
+from streamer.delivery.events import LeaseStamp, PlateEvent, utc_iso
+from streamer.pipeline.leases import CameraLeases
+from streamer.store.base import EventQuery, StaleLeaseError, StoreError, open_event_store
 from tests.postgres_server import PostgresServer
 from tests.streamer.store.test_event_store import T0, _event, _texts, v1_row
 
@@ -74,6 +80,72 @@ async def test_two_replicas_share_one_history(postgres: PostgresServer) -> None:
     finally:
         await first.close()
         await second.close()
+
+
+def _under(event: PlateEvent, token: int | None, decided_at: float) -> PlateEvent:
+    assert token is not None
+    return dataclasses.replace(event, lease=LeaseStamp(token, utc_iso(decided_at)))
+
+
+async def test_a_stale_lease_holders_events_are_refused(postgres: PostgresServer) -> None:
+    dsn = postgres.database()
+    store = await open_event_store(StorageConfig(backend="postgresql", dsn=dsn))
+    old_holder = CameraLeases(dsn, "db", 3.0, holder="old")
+    new_holder = CameraLeases(dsn, "db", 3.0, holder="new")
+    await old_holder.connect()
+    await new_holder.connect()
+    try:
+        # A lease without a later term: nothing to refuse.
+        assert await old_holder.take("yard")
+        old = old_holder.token("yard")
+        within = time.time()
+        await store.add(_under(await _event("O567AM76", camera="yard"), old, within))
+        await asyncio.sleep(0.05)
+        await old_holder.release("yard")
+        assert await new_holder.take("yard")  # a new term, a larger token
+        new = new_holder.token("yard")
+        assert old is not None and new is not None and new > old
+        await asyncio.sleep(0.05)
+        after = time.time()
+
+        # Decided under the old lease before the takeover, stored late: kept.
+        late = _under(await _event("Y836XH76", camera="yard"), old, within)
+        await store.add(late)
+        # Decided under the old lease after the takeover: refused, never stored.
+        stale = _under(await _event("P667AM76", camera="yard"), old, after)
+        with pytest.raises(StaleLeaseError, match=rf"token {old}, .*\(new\).*token {new}"):
+            await store.add(stale)
+        # A correction of a kept pass by the stale holder changes nothing either.
+        correction = dataclasses.replace(late, version=2, text="Y836XH77", previous_text=late.text)
+        with pytest.raises(StaleLeaseError):
+            await store.add(_under(correction, old, after))
+        # The new holder's, another camera's under the old token, one with no lease: kept.
+        await store.add(_under(await _event("A001AA76", camera="yard"), new, after))
+        await store.add(_under(await _event("A002AA76", camera="gate"), old, after))
+        await store.add(await _event("A003AA76", camera="yard"))
+
+        assert await store.get(stale.event_id) is None
+        kept = await store.get(late.event_id)
+        assert kept is not None and [v["text"] for v in kept.versions] == ["Y836XH76"]
+        assert kept.payload["lease"] == {"token": old, "decided_at": utc_iso(within)}
+        texts = _texts((await store.search(EventQuery())).events)
+        assert sorted(texts) == ["A001AA76", "A002AA76", "A003AA76", "O567AM76", "Y836XH76"]
+    finally:
+        await old_holder.close()
+        await new_holder.close()
+        await store.close()
+
+
+async def test_an_event_with_a_lease_on_a_database_without_leases_is_kept(
+    postgres: PostgresServer,
+) -> None:
+    store = await open_event_store(StorageConfig(backend="postgresql", dsn=postgres.database()))
+    try:
+        event = _under(await _event("O567AM76", camera="yard"), 7, time.time())
+        await store.add(event)  # (no lease table: no newer term)
+        assert await store.get(event.event_id) is not None
+    finally:
+        await store.close()
 
 
 async def test_a_history_of_schema_1_is_brought_up_to_date_keeping_its_passes(
