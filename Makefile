@@ -17,7 +17,7 @@ TRITON_VENV ?= .venv-triton
 TRITON_ENV_SPEC ?= "numpy<2" torch==2.13.0 "opencv-python-headless<4.11" openvino==2026.4.1
 TARGET ?= cpu
 # How the CPU target serves the detector, stn and lprnet: torchscript (torch in the Python
-# backend) or openvino (OpenVINO IR in the Python backend; CPU_PRECISION fp32 or bf16).
+# backend) or openvino (OpenVINO IR in the Python backend; CPU_PRECISION fp32, bf16 or int8).
 CPU_RUNTIME ?= openvino
 CPU_PRECISION ?= fp32
 ifeq ($(TARGET),cpu)

@@ -1,6 +1,7 @@
 """The labelled set and the accuracy report: ``make accuracy`` -> docs/ACCURACY.md.
 
     .venv/bin/python -m bench.accuracy [--out DIR] [--only NAME,...] [--no-doc]
+                                       [--repository DIR]
 
 Builds variants of the shared footage with ffmpeg into ``--out`` (default
 bench/results/accuracy/, not committed; rebuilt only when missing), writes a
@@ -473,7 +474,7 @@ async def _replay(
     server = None
     url = args.triton_url
     if url is None:
-        server = EmbeddedTriton(MODEL_REPOSITORY)
+        server = EmbeddedTriton(Path(args.repository))
         await server.astart()
         url = server.grpc_url
     folder = Path(args.out)
@@ -545,6 +546,12 @@ def main() -> None:
     parser.add_argument("--out", default=str(PROJECT_ROOT / "bench" / "results" / "accuracy"))
     parser.add_argument("--only", help="comma-separated variant names")
     parser.add_argument("--triton-url", help="host:port of a running Triton (gRPC)")
+    parser.add_argument(
+        "--repository",
+        default=str(MODEL_REPOSITORY),
+        help="the model repository the embedded Triton serves (default: model_repository/); "
+        "e.g. a `--precision int8` build, to compare its event texts",
+    )
     parser.add_argument("--no-doc", action="store_true", help="do not write docs/ACCURACY.md")
     parser.add_argument(
         "--min-confidence", type=float, help="events.min_confidence (default: the service's)"

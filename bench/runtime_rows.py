@@ -59,7 +59,7 @@ def phase_runtimes(suite: Suite) -> None:
 def missing_figure(why: str) -> Figure:
     return Figure(
         key="R",
-        title="runtimes: TorchScript vs OpenVINO fp32 / bf16, whole-chain frames/s",
+        title="runtimes: TorchScript vs OpenVINO fp32 / bf16 / int8, whole-chain frames/s",
         numerator="-",
         denominator="-",
         unit="frames/s",

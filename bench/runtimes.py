@@ -4,8 +4,9 @@
         [--input-size HxW] [--json bench/results/runtimes.json]
 
 Builds one CPU repository per variant into a temporary folder (``converters build --runtime
-torchscript``, ``--runtime openvino``, and ``--runtime openvino --precision bf16`` where
-OpenVINO reports bf16 on this CPU: the detector in bf16, stn and lprnet in fp32), same
+torchscript``, ``--runtime openvino``, ``--runtime openvino --precision bf16`` where
+OpenVINO reports bf16 on this CPU: the detector in bf16, stn and lprnet in fp32, and
+``--precision int8``: the detector quantised by NNCF, stn and lprnet in fp32), same
 detector input size as ``model_repository/``,
 and starts an embedded Triton on each. Then, in interleaved rounds, the same decoded frames
 of yard_cam.ts go through ``plate_recognition`` (the whole BLS: letterbox, detector, NMS,
@@ -69,6 +70,7 @@ def variants() -> list[Variant]:
         found.append(Variant("openvino-bf16", "openvino", "bf16"))
     else:
         log("OpenVINO reports no bf16 on this CPU: openvino-bf16 left out")
+    found.append(Variant("openvino-int8", "openvino", "int8"))
     return found
 
 

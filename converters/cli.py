@@ -125,9 +125,9 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument(
         "--precision",
         choices=PRECISIONS,
-        help="openvino: fp32 (default) or bf16 (the detector in bf16, which needs a CPU "
-        "with bf16; stn and lprnet stay fp32); onnx with --tensorrt: fp16 (default) or "
-        "fp32; torchscript: fp32 only",
+        help="openvino: fp32 (default), bf16 (the detector in bf16, which needs a CPU "
+        "with bf16) or int8 (the detector quantised by NNCF on the shared footage); stn and "
+        "lprnet stay fp32; onnx with --tensorrt: fp16 (default) or fp32; torchscript: fp32 only",
     )
     build.add_argument(
         "--tensorrt",

@@ -32,6 +32,8 @@ class TensorModel:
     cpu_instances: int = 1
     # Whether ``--precision bf16`` applies to it on the CPU (OpenVINO); the others stay f32.
     cpu_bf16: bool = False
+    # Whether ``--precision int8`` quantises it (converters/quantize.py); the others stay f32.
+    cpu_int8: bool = False
 
 
 def _dims(dims: tuple[int, ...]) -> str:
@@ -49,13 +51,14 @@ TEMPLATE_FILES = {
 TRT_CACHE_DIR = "/tmp/lpr-streamer-trt-cache"
 
 
-#: OpenVINO precision hints, by the names of the converter's ``--precision``.
-OPENVINO_HINTS = {"fp32": "f32", "bf16": "bf16"}
+#: OpenVINO precision hints, by the names of the converter's ``--precision``. An int8 build's
+#: IR holds its quantisation; the ops left in floating point run in f32.
+OPENVINO_HINTS = {"fp32": "f32", "bf16": "bf16", "int8": "f32"}
 RUNTIMES = ("torchscript", "openvino", "onnx")
 #: The runtime a target gets when none is asked for: on the CPU, OpenVINO reads the same texts
 #: as TorchScript with 1.18x less CPU per frame (bench.runtimes, docs/PERFORMANCE.md, R).
 DEFAULT_RUNTIMES = {"cpu": "openvino", "gpu": "torchscript"}
-PRECISIONS = ("fp32", "bf16", "fp16")
+PRECISIONS = ("fp32", "bf16", "int8", "fp16")
 
 
 @dataclass(frozen=True)
@@ -72,7 +75,7 @@ class Serving:
     ) -> Serving:
         """Check the combination for ``target``; ``precision`` None is the runtime's default.
 
-        cpu: torchscript (fp32) or openvino (fp32, bf16); gpu: torchscript (fp32) or onnx
+        cpu: torchscript (fp32) or openvino (fp32, bf16, int8); gpu: torchscript (fp32) or onnx
         (fp32; with the TensorRT accelerator fp16, the default, or fp32).
         """
         runtime = runtime or DEFAULT_RUNTIMES.get(target, "torchscript")

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from converters import assets, detector, onnx_export, recognisers
+from converters import assets, detector, onnx_export, quantize, recognisers
 from converters.errors import ConversionError
 from converters.model_config import (
     DEFAULT_INPUT_HW,
@@ -113,6 +113,7 @@ def _tensor_models(
             # yard_cam frames read otherwise). On the STN it changed the texts of 10 of the
             # 60 frames for little gain (bench.runtimes), so the recognisers stay f32.
             cpu_bf16=True,
+            cpu_int8=True,  # (converters/quantize.py says why the recognisers do not)
         ),
         "stn": TensorModel(
             name="stn",
@@ -161,6 +162,9 @@ def _write_model(
     else:
         bf16 = options.target == "cpu" and cpu_precision_hint(model, serving) == "bf16"
         _write_onnx_model(staging, version, model.name, network, serving, bf16, progress)
+        if serving.precision == "int8" and model.cpu_int8:
+            inputs = quantize.calibration_inputs(options.input_hw, options.assets_dir)
+            quantize.quantize_detector(version / onnx_export.IR_FILE, inputs, progress)
     config_text = render_tensor_model(model, options.target, options.gpu_instances, serving)
     parse_config(config_text, f"{model.name}/config.pbtxt")
     (staging / model.name / "config.pbtxt").write_text(config_text)
@@ -296,6 +300,11 @@ def build(options: BuildOptions, progress: Callable[[str], None] = print) -> Pat
             **(
                 {"precision_hints": {n: cpu_precision_hint(m, serving) for n, m in models.items()}}
                 if serving.runtime == "openvino"
+                else {}
+            ),
+            **(
+                {"int8": sorted(n for n, m in models.items() if m.cpu_int8)}
+                if serving.precision == "int8"
                 else {}
             ),
             **_runtime_versions(serving.runtime),
