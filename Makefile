@@ -17,9 +17,10 @@ TRITON_VENV ?= .venv-triton
 TRITON_ENV_SPEC ?= "numpy<2" torch==2.13.0 "opencv-python-headless<4.11" openvino==2026.4.1
 TARGET ?= cpu
 # How the CPU target serves the detector, stn and lprnet: torchscript (torch in the Python
-# backend) or openvino (OpenVINO IR in the Python backend; CPU_PRECISION fp32, bf16 or int8).
+# backend) or openvino (OpenVINO IR in the Python backend; CPU_PRECISION auto: the detector
+# in bf16 where this CPU has bf16 natively, else fp32; or fp32, bf16, int8).
 CPU_RUNTIME ?= openvino
-CPU_PRECISION ?= fp32
+CPU_PRECISION ?= auto
 ifeq ($(TARGET),cpu)
 BUILD_RUNTIME_ARGS := --runtime $(CPU_RUNTIME) --precision $(CPU_PRECISION)
 # One stamp per variant, so that changing CPU_RUNTIME or CPU_PRECISION rebuilds.

@@ -8,7 +8,13 @@ from pathlib import Path
 
 from converters import assets
 from converters.errors import ConversionError
-from converters.model_config import DEFAULT_INPUT_HW, PRECISIONS, RUNTIMES, Serving
+from converters.model_config import (
+    AUTO_PRECISION,
+    DEFAULT_INPUT_HW,
+    PRECISIONS,
+    RUNTIMES,
+    Serving,
+)
 from converters.paths import MODEL_REPOSITORY
 from streamer.cli.arguments import positive_int
 
@@ -34,7 +40,8 @@ def _build(args: argparse.Namespace) -> int:
     from converters import detector, repository
 
     # Checked before any work (and before torch exports anything).
-    Serving.resolve(args.target, args.runtime, args.precision, args.tensorrt)
+    asked = None if args.precision == AUTO_PRECISION else args.precision
+    Serving.resolve(args.target, args.runtime, asked, args.tensorrt)
 
     options = repository.BuildOptions(
         target=args.target,
@@ -124,10 +131,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     build.add_argument(
         "--precision",
-        choices=PRECISIONS,
+        choices=[*PRECISIONS, AUTO_PRECISION],
         help="openvino: fp32 (default), bf16 (the detector in bf16, which needs a CPU "
-        "with bf16) or int8 (the detector quantised by NNCF on the shared footage); stn and "
-        "lprnet stay fp32; onnx with --tensorrt: fp16 (default) or fp32; torchscript: fp32 only",
+        "with bf16), auto (bf16 where this CPU has it natively, else fp32: `make models`) or "
+        "int8 (the detector quantised by NNCF on the shared footage); stn and lprnet stay "
+        "fp32; onnx with --tensorrt: fp16 (default) or fp32; torchscript: fp32 only",
     )
     build.add_argument(
         "--tensorrt",

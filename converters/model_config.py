@@ -59,6 +59,10 @@ RUNTIMES = ("torchscript", "openvino", "onnx")
 #: as TorchScript with 1.18x less CPU per frame (bench.runtimes, docs/PERFORMANCE.md, R).
 DEFAULT_RUNTIMES = {"cpu": "openvino", "gpu": "torchscript"}
 PRECISIONS = ("fp32", "bf16", "int8", "fp16")
+#: ``--precision auto``: bf16 for the detector where this CPU runs bf16 natively (OpenVINO
+#: reports it), else fp32; the runtime's default on other runtimes. `make models` uses it:
+#: on the footage variants bf16 gave the same event texts as fp32 (`make accuracy`).
+AUTO_PRECISION = "auto"
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ import torch
 from converters import assets, detector, onnx_export, quantize, recognisers
 from converters.errors import ConversionError
 from converters.model_config import (
+    AUTO_PRECISION,
     DEFAULT_INPUT_HW,
     Serving,
     TensorModel,
@@ -69,7 +70,8 @@ class BuildOptions:
     cpu_detector_threads: int = 1
     # How the tensor models are served: see model_config.Serving.resolve for the choices.
     runtime: str | None = None  # None: the target's default (model_config.DEFAULT_RUNTIMES)
-    precision: str | None = None  # None: the runtime's default (fp32; fp16 with TensorRT)
+    # None: the runtime's default (fp32; fp16 with TensorRT); "auto": model_config.AUTO_PRECISION
+    precision: str | None = None
     tensorrt: bool = False
     extra_info: dict[str, object] = field(default_factory=dict)
 
@@ -229,11 +231,22 @@ def _write_onnx_model(
         progress(f"{name}: bf16 differs from PyTorch by up to {reduced.max_abs:.1e} (not checked)")
 
 
+def resolve_serving(options: BuildOptions) -> Serving:
+    """How the tensor models are served; ``auto`` precision resolved on this machine."""
+    if options.precision != AUTO_PRECISION:
+        return Serving.resolve(options.target, options.runtime, options.precision, options.tensorrt)
+    serving = Serving.resolve(options.target, options.runtime, None, options.tensorrt)
+    openvino = options.target == "cpu" and serving.runtime == "openvino"
+    if openvino and onnx_export.cpu_supports_bf16():
+        return Serving.resolve(options.target, serving.runtime, "bf16", options.tensorrt)
+    return serving
+
+
 def build(options: BuildOptions, progress: Callable[[str], None] = print) -> Path:
     """Export all models for ``options.target`` into ``options.out``; return it."""
     if options.target not in TARGETS:
         raise ConversionError(f"unknown target {options.target!r}: use one of {TARGETS}")
-    serving = Serving.resolve(options.target, options.runtime, options.precision, options.tensorrt)
+    serving = resolve_serving(options)
     started = time.monotonic()
     weights = _weights(options, progress)
 
@@ -296,6 +309,7 @@ def build(options: BuildOptions, progress: Callable[[str], None] = print) -> Pat
             "built_at": built_at,
             "runtime": serving.runtime,
             "precision": serving.precision,
+            **({"precision_asked": AUTO_PRECISION} if options.precision == AUTO_PRECISION else {}),
             **({"gpu_accelerator": "tensorrt"} if serving.tensorrt else {}),
             **(
                 {"precision_hints": {n: cpu_precision_hint(m, serving) for n, m in models.items()}}

@@ -27,12 +27,13 @@ def _built_info() -> dict[str, object]:
 
 
 def _cpu_repository(runtime: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """``model_repository/`` if `make models` built it for ``runtime``, else a build of its own.
+    """``model_repository/`` if `make models` built it for ``runtime`` in fp32, else a build
+    of its own (fp32).
 
     A build of its own gets the same detector input size, so both read frames alike.
     """
     info = _built_info()
-    if info.get("runtime", "torchscript") == runtime:
+    if info.get("runtime", "torchscript") == runtime and info.get("precision", "fp32") == "fp32":
         return MODEL_REPOSITORY
     height, width = info["input_hw"]  # type: ignore[misc]
     out = tmp_path_factory.mktemp(runtime) / "model_repository"

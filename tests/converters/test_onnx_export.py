@@ -94,6 +94,25 @@ def test_cpu_openvino_build_writes_ir_and_python_backend_configs(tmp_path: Path)
     assert info["openvino"] and info["onnx"]
 
 
+def test_precision_auto_takes_bf16_only_where_the_cpu_has_it(tmp_path: Path) -> None:
+    out = tmp_path / "repo"
+    args = ["build", "--target", "cpu", "--runtime", "openvino", "--precision", "auto"]
+    assert main([*args, "--out", str(out), "--input-size", "320"]) == 0
+    native = onnx_export.cpu_supports_bf16()
+    info = json.loads((out / "build_info.json").read_text())
+    assert info["precision"] == ("bf16" if native else "fp32")
+    assert info["precision_asked"] == "auto"
+    for name in TENSOR_MODELS:
+        config = load_config(out / name / "config.pbtxt")
+        hint = config.parameters["INFERENCE_PRECISION_HINT"].string_value
+        assert hint == ("bf16" if native and name == "detector" else "f32"), name
+    # On another runtime, auto is that runtime's default.
+    args = ["build", "--target", "cpu", "--runtime", "torchscript", "--precision", "auto"]
+    assert main([*args, "--out", str(tmp_path / "ts"), "--input-size", "320"]) == 0
+    info = json.loads((tmp_path / "ts" / "build_info.json").read_text())
+    assert info["precision"] == "fp32"
+
+
 class _Perturbed(nn.Module):
     """The network with a small error on top: what a broken export would compute."""
 
