@@ -1,9 +1,10 @@
 """The shared base of every config section, and the helpers their validators use.
 
 :class:`Section` makes a model strict: unknown keys are errors, values are immutable, strings
-hold no control characters and numbers are not booleans. The helpers read ``key: ""`` as "not
-set", resolve relative paths against the config file's folder, check names and regular
-expressions, and quote a value in a message without its credentials. No validator does I/O.
+hold no control characters, numbers are not booleans and booleans are ``true``/``false``.
+The helpers read ``key: ""`` as "not set", resolve relative paths against the config file's
+folder, check names and regular expressions, and quote a value in a message without its
+credentials. No validator does I/O.
 """
 
 from __future__ import annotations
@@ -37,8 +38,8 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 class Section(BaseModel):
     """Base of every config model: unknown keys are errors, values are immutable, strings
-    hold no control characters and numbers are not booleans (``sample_fps: true`` is not
-    1.0)."""
+    hold no control characters, numbers are not booleans (``sample_fps: true`` is not 1.0)
+    and booleans are ``true`` or ``false`` (not ``'no'``, ``on`` or 1)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -48,10 +49,28 @@ class Section(BaseModel):
         field = cls.model_fields.get(info.field_name or "")
         if isinstance(value, bool) and field is not None and _wants_number(field.annotation):
             raise ValueError(f"must be a number, got {str(value).lower()}")
+        if field is not None and not isinstance(value, bool) and _wants_bool(field.annotation):
+            value = _strict_bool(value)
         for text in value if isinstance(value, list) else [value]:
             if isinstance(text, str) and _CONTROL.search(text):
                 raise ValueError("must not contain control characters (newline, tab, ...)")
         return value
+
+
+def _wants_bool(annotation: Any) -> bool:
+    """Whether a field takes a bool (or None) and nothing else."""
+    kinds = {a for a in typing.get_args(annotation) if a is not type(None)} or {annotation}
+    return kinds == {bool}
+
+
+def _strict_bool(value: Any) -> Any:
+    """``true``/``false`` only: the words a ``${VAR}`` gives too, not ``no``, ``on`` or 1."""
+    if value is None:
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    shown = repr(value) if isinstance(value, str) else str(value)
+    raise ValueError(f"must be true or false, got {shown}")
 
 
 def _wants_number(annotation: Any) -> bool:

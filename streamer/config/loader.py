@@ -8,9 +8,10 @@ where PyYAML would keep the last. Every failure is a :class:`ConfigError`.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -112,8 +113,20 @@ def _read_sections(path: Path) -> dict[str, Any]:
     return raw
 
 
+#: YAML 1.2's booleans: ``true`` and ``false`` only. PyYAML follows YAML 1.1, where ``yes``,
+#: ``no``, ``on``, ``off``, ``y`` and ``n`` are booleans too (``country: no`` reads as false).
+_BOOL_1_2 = re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$")
+
+
 class _UniqueKeyLoader(yaml.SafeLoader):
-    """A safe loader that rejects a key repeated in one mapping (PyYAML keeps the last)."""
+    """A safe loader that rejects a key repeated in one mapping (PyYAML keeps the last) and
+    reads only ``true``/``false`` as booleans (YAML 1.2: ``enabled: yes`` is the string
+    ``yes``, which a boolean key then refuses)."""
+
+    yaml_implicit_resolvers: ClassVar[dict[Any, list[tuple[str, Any]]]] = {
+        first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:bool"]
+        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    }
 
     def construct_mapping(self, node: yaml.Node, deep: bool = False) -> dict[Any, Any]:
         if isinstance(node, yaml.MappingNode):
@@ -135,6 +148,9 @@ class _UniqueKeyLoader(yaml.SafeLoader):
                         key_node.start_mark,
                     )
         return super().construct_mapping(node, deep=deep)
+
+
+_UniqueKeyLoader.add_implicit_resolver("tag:yaml.org,2002:bool", _BOOL_1_2, list("tTfF"))
 
 
 def _check_size(raw: Any, path: Path) -> None:

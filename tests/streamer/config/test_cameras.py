@@ -48,7 +48,7 @@ from tests.streamer.config.config_files import (
         ),
         pytest.param(
             f"cameras:\n{CAMERA}    enabled: maybe\n",
-            ["cameras[gate].enabled: Input should be a valid boolean", "(got 'maybe')"],
+            ["cameras[gate].enabled: must be true or false, got 'maybe'"],
             id="bad-bool",
         ),
         pytest.param(

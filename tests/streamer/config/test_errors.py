@@ -43,7 +43,7 @@ from tests.streamer.config.config_files import (
             id="triton-key-typo",
         ),
         pytest.param(
-            f"cameras:\n{CAMERA}    on: 1\n",
+            f"cameras:\n{CAMERA}    true: 1\n",
             ["cameras[gate]: key true is not a string: quote it"],
             id="non-string-key",
         ),
