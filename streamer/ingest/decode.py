@@ -17,6 +17,10 @@ What PyAV 18 (FFmpeg 8) does here, measured against a GStreamer RTSP server:
   packet read; ``av.error.ExitError``) end it, each after about *twice* its value. Both are
   set; the first to fire wins. What neither ends is the stall watchdog's
   (streamer/ingest/watchdog.py).
+* A server that accepts the connection and never answers: the open ends after
+  ``open_timeout_s`` with ``av.error.InvalidDataError`` (RTSP: nothing to parse) or
+  ``ExitError`` (HTTP, the interrupt callback). :func:`open_video` reports both, when they
+  come that late, as :class:`OpenTimeoutError`, which says what happened.
 * The H.264 decoder conceals most damage silently: a corrupt packet raises nothing. Damage is
   counted from ``packet.is_corrupt`` (demuxer), ``frame.is_corrupt`` (concealed frames, still
   delivered; counted by the caller) and exceptions from ``packet.decode()`` (that packet is
@@ -26,6 +30,7 @@ What PyAV 18 (FFmpeg 8) does here, measured against a GStreamer RTSP server:
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -49,6 +54,15 @@ Outcome = Literal["eof", "error", "stopped", "stalled"]
 #: Damage counted on the way: a packet the demuxer flagged corrupt (decoded anyway), an
 #: unreadable stretch of a file (read past), a packet the decoder rejected (skipped).
 ErrorKind = Literal["corrupt", "read", "decode"]
+
+
+#: A live open that fails with "invalid data" or "exit" this share of ``open_timeout_s`` or
+#: later was ended by the timeout, not by what the server sent.
+_TIMED_OUT_SHARE = 0.9
+
+
+class OpenTimeoutError(TimeoutError):
+    """A live source accepted the connection but did not answer within the open timeout."""
 
 
 def is_live(url: str) -> bool:
@@ -85,7 +99,16 @@ def open_video(
     """
     if live:
         options = open_options(url, rtsp_transport=rtsp_transport, read_timeout_s=read_timeout_s)
-        container = av.open(url, options=options, timeout=(open_timeout_s, read_timeout_s))
+        started = time.monotonic()
+        try:
+            container = av.open(url, options=options, timeout=(open_timeout_s, read_timeout_s))
+        except (av.error.InvalidDataError, av.error.ExitError) as exc:
+            if time.monotonic() - started < _TIMED_OUT_SHARE * open_timeout_s:
+                raise
+            raise OpenTimeoutError(
+                f"no answer within {open_timeout_s:g} s (open_timeout_s): the server took "
+                "the connection but sent nothing it could open"
+            ) from exc
     else:
         container = av.open(url, timeout=(open_timeout_s, read_timeout_s))
     try:

@@ -4,7 +4,10 @@ on real (and damaged) footage and a real GStreamer RTSP server: no mocks."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import socket
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -12,7 +15,7 @@ import av
 import numpy as np
 import pytest
 
-from streamer.ingest.decode import is_live, open_options
+from streamer.ingest.decode import OpenTimeoutError, is_live, open_options, open_video
 from streamer.ingest.frame_queue import FrameQueue
 from streamer.ingest.source import CameraSource
 from tests.rtsp_server import RtspServer
@@ -153,3 +156,63 @@ async def test_rtsp_frozen_server_detected_then_reconnected(
     await collector.more(3, 10, "frames after the thaw")
     assert source.stats.state == "connected" and source.running
     assert source.stats.reconnects >= 1
+
+
+class _SilentServer:
+    """A TCP server that accepts connections and answers each with ``reply`` and hangs up
+    (no reply: it never answers, and holds them open)."""
+
+    def __init__(self, reply: bytes = b"") -> None:
+        self.reply = reply
+        self._socket = socket.socket()
+        self._socket.bind(("127.0.0.1", 0))
+        self._socket.listen(8)
+        self.port = self._socket.getsockname()[1]
+        self._held: list[socket.socket] = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                connection, _ = self._socket.accept()
+                self._held.append(connection)
+                if self.reply:
+                    connection.recv(4096)
+                    connection.sendall(self.reply)
+                    connection.close()
+
+    def close(self) -> None:
+        for connection in [*self._held, self._socket]:
+            connection.close()
+
+
+@pytest.mark.parametrize("scheme", ["rtsp", "http"])
+def test_a_server_that_never_answers_is_a_timeout(scheme: str) -> None:
+    server = _SilentServer()
+    try:
+        with pytest.raises(OpenTimeoutError, match=r"no answer within 0.5 s \(open_timeout_s\)"):
+            open_video(
+                f"{scheme}://127.0.0.1:{server.port}/live",
+                live=True,
+                rtsp_transport="tcp",
+                open_timeout_s=0.5,
+                read_timeout_s=0.5,
+            )
+    finally:
+        server.close()
+
+
+def test_a_server_that_answers_nonsense_and_hangs_up_is_not_a_timeout() -> None:
+    server = _SilentServer(reply=b"HELLO\r\n\r\n")
+    try:
+        with pytest.raises(av.error.FFmpegError) as failure:
+            open_video(
+                f"rtsp://127.0.0.1:{server.port}/live",
+                live=True,
+                rtsp_transport="tcp",
+                open_timeout_s=5.0,
+                read_timeout_s=5.0,
+            )
+        assert not isinstance(failure.value, OpenTimeoutError)
+    finally:
+        server.close()

@@ -57,7 +57,9 @@ def test_a_disabled_camera_is_removed_and_an_identical_file_changes_nothing(
 ) -> None:
     running = _settings(tmp_path, BASE)
     assert plan(running, _settings(tmp_path, BASE, "same.yaml")).empty
-    disabled = BASE.replace("name: b, url: 'rtsp://cam-b/live'", "name: b, url: 'x', enabled: false")
+    disabled = BASE.replace(
+        "name: b, url: 'rtsp://cam-b/live'", "name: b, url: 'x', enabled: false"
+    )
     change = plan(running, _settings(tmp_path, disabled, "disabled.yaml"))
     assert change.removed == ["b"] and not change.added and not change.changed
 
