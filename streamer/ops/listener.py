@@ -7,19 +7,64 @@ service (the supervisor logs it with its traceback and runs it again after a bac
 when run again listens again on the same port, so that a scraper or a browser finds the
 server where it was. Requests in progress are aiohttp's: a handler that raises answers 500
 and the server goes on.
+
+A malformed request (a request line or header HTTP cannot parse: a scanner, a client
+speaking another protocol) is answered 400 by aiohttp, which also logs it at ERROR with a
+traceback, one per request: a loop of them would fill the log. :class:`MalformedRequests`
+turns them into one WARNING per ``MALFORMED_BURST_S``, without the traceback or the request
+(which may carry a token), that says how many came, from where and of what kind.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
-from aiohttp import web
+from aiohttp import http_exceptions, web
 
 LOG = logging.getLogger(__name__)
 
 #: How often a running server checks that it still listens.
 CHECK_INTERVAL_S = 1.0
+#: Malformed requests are logged once per this many seconds.
+MALFORMED_BURST_S = 60.0
+
+
+class MalformedRequests(logging.Filter):
+    """On aiohttp's server logger: its ERROR for a request it could not parse becomes one
+    WARNING per burst, without a traceback (see the module docstring)."""
+
+    def __init__(self, burst_s: float = MALFORMED_BURST_S) -> None:
+        super().__init__()
+        self.burst_s = burst_s
+        self._until = float("-inf")  # the end of the burst last warned of
+        self._since_warned = 0  # malformed requests not logged since that warning
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if not isinstance(error, http_exceptions.BadHttpMessage):
+            return True  # anything else aiohttp logs goes through as it is
+        now = time.monotonic()
+        if now < self._until:
+            self._since_warned += 1
+            return False
+        more = f" ({self._since_warned} more since the last warning)" if self._since_warned else ""
+        # The kind only: the error's text quotes the request, which may carry a token.
+        LOG.warning(
+            "%s (%s); answered 400%s; the next are logged once per %g s",
+            record.getMessage().replace("Error handling request", "malformed HTTP request"),
+            type(error).__name__,
+            more,
+            self.burst_s,
+        )
+        self._until, self._since_warned = now + self.burst_s, 0
+        return False
+
+
+#: One filter for the process: aiohttp's server logger is shared by both servers.
+_MALFORMED = MalformedRequests()
+logging.getLogger("aiohttp.server").addFilter(_MALFORMED)
 
 
 class ListenerError(RuntimeError):
