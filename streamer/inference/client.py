@@ -322,10 +322,6 @@ class PlateRecognizer:
         client = aioclient.InferenceServerClient(self.url, keepalive_options=self.keepalive)
         try:
             async with asyncio.timeout(self.connect_timeout_s):
-                # Not to a server that is not ready: one shutting down may still say its
-                # model is, and could not exit with our stream open.
-                if not await client.is_server_ready():
-                    raise InferenceError("server not ready (starting or shutting down)")
                 if not await client.is_model_ready(self.model):
                     raise InferenceError(f"model {self.model} is not ready")
             self._generation += 1

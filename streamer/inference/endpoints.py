@@ -16,7 +16,6 @@ import socket
 
 import tritonclient.grpc.aio as aioclient
 from tritonclient.grpc import KeepAliveOptions
-from tritonclient.utils import InferenceServerException
 
 from streamer.inference.balancing import EndpointShare
 from streamer.inference.client import InferenceError, PlateRecognizer, short_error
@@ -25,30 +24,17 @@ from streamer.ops.build_info import ModelBuild, model_build_from_config
 LOG = logging.getLogger(__name__)
 
 
-#: Triton's answer to any call once it has begun to shut down (after its SIGTERM).
-EXITING = "Server exiting"
-
-
-class ServerNotReadyError(InferenceError):
-    """Triton answered that it is not ready: starting, or shutting down (after its SIGTERM
-    it drains, and cannot exit while a client keeps a stream open to it)."""
-
-    def __init__(self) -> None:
-        super().__init__("server not ready (starting or shutting down)")
-
-
 async def check_ready(
     client: aioclient.InferenceServerClient, model: str, timeout_s: float
 ) -> None:
     """Ask the Triton of ``client`` whether it and ``model`` are ready, within ``timeout_s``.
 
-    Raises :class:`ServerNotReadyError` or :class:`InferenceError` naming what is not ready,
-    :class:`TimeoutError` when it does not answer in time, and the client's own errors when
-    it cannot be reached.
+    Raises :class:`InferenceError` naming what is not ready, :class:`TimeoutError` when it
+    does not answer in time, and the client's own errors when it cannot be reached.
     """
     async with asyncio.timeout(timeout_s):
         if not await client.is_server_ready():
-            raise ServerNotReadyError()
+            raise InferenceError("server not ready")
         if not await client.is_model_ready(model):
             raise InferenceError(f"model {model} is not ready")
 
@@ -117,8 +103,6 @@ class Endpoint:
         self.model_build: ModelBuild | None = None
         self._build_read = False
         self._checker: aioclient.InferenceServerClient | None = None
-        #: Its last check was answered "server not ready" (a Triton draining after SIGTERM).
-        self.server_not_ready = False
 
     @property
     def ok(self) -> bool:
@@ -140,17 +124,8 @@ class Endpoint:
         channel of its own; the verdict in ``check_ok`` and ``check_error``."""
         if self._checker is None:
             self._checker = aioclient.InferenceServerClient(self.url, keepalive_options=keepalive)
-        self.server_not_ready = False
         try:
             await check_ready(self._checker, model, timeout_s)
-        except ServerNotReadyError as exc:
-            self.check_ok, self.server_not_ready = False, True
-            self.check_error = f"readiness check: {exc}"
-        except InferenceServerException as exc:
-            self.check_ok = False
-            self.check_error = f"readiness check failed: {short_error(exc)}"
-            # What a draining Triton answers every call (status UNAVAILABLE).
-            self.server_not_ready = EXITING in str(exc.message())
         except TimeoutError:
             self.check_ok = False
             self.check_error = f"readiness check unanswered within {timeout_s:g} s"

@@ -294,14 +294,6 @@ class TritonPool:
 
     async def _check(self, endpoint: Endpoint) -> None:
         await endpoint.check(self.model, self.config.health_timeout_s, self.keepalive)
-        if endpoint.server_not_ready and endpoint.client.ready:
-            # A Triton that says it is not ready answers no frame, and one shutting down
-            # cannot exit while our stream is open: close it, whether or not another
-            # endpoint takes its cameras. The client opens it again once the server is ready.
-            LOG.warning(
-                "Triton endpoint %s is not ready (shutting down?): closing its stream", endpoint.url
-            )
-            endpoint.client.abandon(f"Triton at {endpoint.url} is not ready (shutting down?)")
 
     async def _resolve_loop(self) -> None:
         while True:
