@@ -16,6 +16,7 @@ import socket
 
 import tritonclient.grpc.aio as aioclient
 from tritonclient.grpc import KeepAliveOptions
+from tritonclient.utils import InferenceServerException
 
 from streamer.inference.balancing import EndpointShare
 from streamer.inference.client import InferenceError, PlateRecognizer, short_error
@@ -24,13 +25,20 @@ from streamer.ops.build_info import ModelBuild, model_build_from_config
 LOG = logging.getLogger(__name__)
 
 
+#: Triton's answer (status UNAVAILABLE) to a health call once it has begun to shut down
+#: (after its SIGTERM). Only this answer says so: a Triton whose model failed to load says
+#: "not ready" to the same call and goes on serving.
+EXITING = "Server exiting"
+
+
 async def check_ready(
     client: aioclient.InferenceServerClient, model: str, timeout_s: float
 ) -> None:
     """Ask the Triton of ``client`` whether it and ``model`` are ready, within ``timeout_s``.
 
     Raises :class:`InferenceError` naming what is not ready, :class:`TimeoutError` when it
-    does not answer in time, and the client's own errors when it cannot be reached.
+    does not answer in time, and the client's own errors when it cannot be reached (or is
+    shutting down: :data:`EXITING`).
     """
     async with asyncio.timeout(timeout_s):
         if not await client.is_server_ready():
@@ -103,6 +111,8 @@ class Endpoint:
         self.model_build: ModelBuild | None = None
         self._build_read = False
         self._checker: aioclient.InferenceServerClient | None = None
+        #: Its last check was answered "Server exiting": a Triton draining after its SIGTERM.
+        self.exiting = False
 
     @property
     def ok(self) -> bool:
@@ -124,8 +134,13 @@ class Endpoint:
         channel of its own; the verdict in ``check_ok`` and ``check_error``."""
         if self._checker is None:
             self._checker = aioclient.InferenceServerClient(self.url, keepalive_options=keepalive)
+        self.exiting = False
         try:
             await check_ready(self._checker, model, timeout_s)
+        except InferenceServerException as exc:
+            self.check_ok = False
+            self.check_error = f"readiness check failed: {short_error(exc)}"
+            self.exiting = EXITING in str(exc.message())
         except TimeoutError:
             self.check_ok = False
             self.check_error = f"readiness check unanswered within {timeout_s:g} s"

@@ -294,6 +294,13 @@ class TritonPool:
 
     async def _check(self, endpoint: Endpoint) -> None:
         await endpoint.check(self.model, self.config.health_timeout_s, self.keepalive)
+        if endpoint.exiting and endpoint.client.ready:
+            # A Triton shutting down answers no new frame and cannot exit while our stream is
+            # open: close it, whether or not another endpoint takes its cameras. The client's
+            # reconnect asks whether the model is ready first, which a draining Triton refuses,
+            # so no stream opens again until a new server is up on that address.
+            LOG.warning("Triton endpoint %s is shutting down: closing its stream", endpoint.url)
+            endpoint.client.abandon(f"Triton at {endpoint.url} is shutting down")
 
     async def _resolve_loop(self) -> None:
         while True:

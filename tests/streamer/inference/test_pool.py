@@ -1,7 +1,8 @@
 """Cameras over two real CPU Tritons (streamer/inference/pool.py): a ``kill -9`` of one moves
 its cameras to the other within 5 s, no frame is answered twice (each Triton answered
 exactly the frames the pool says it did), and restarted, it gets its cameras back a few at
-a time, each camera moving once away and once back."""
+a time, each camera moving once away and once back. A Triton told to stop (SIGTERM) is let
+go, so that it can exit."""
 
 from __future__ import annotations
 
@@ -30,6 +31,8 @@ if TYPE_CHECKING:
     from tests.conftest import SpareTriton
 
 FAILOVER_S = 5.0
+#: The embedded Triton's --exit-timeout-secs.
+SERVER_EXIT_TIMEOUT_S = 10.0
 
 
 def _car() -> np.ndarray:
@@ -304,3 +307,33 @@ async def test_an_idle_stream_outlives_many_keepalive_pings(triton_server: Embed
         assert endpoint.client.stats.succeeded == 1
     finally:
         await pool.close()
+
+
+async def test_a_triton_told_to_stop_is_let_go_so_that_it_can_exit(
+    spare_triton: SpareTriton, caplog: pytest.LogCaptureFixture
+) -> None:
+    """SIGTERM to the only Triton while a camera streams to it: Triton drains and answers
+    every call "Server exiting", and cannot exit while a client keeps a stream open. The pool
+    closes the stream at the next readiness check and does not open it again, so the server
+    exits within its exit timeout (it waited for the stream past 120 s before)."""
+    server = await spare_triton.running()
+    config = TritonConfig(urls=(server.grpc_url,), request_timeout_s=30)
+    pool = TritonPool(config, config.endpoints)
+    await pool.start()
+    feeder = Feeder(pool, ["cam-0"])
+    try:
+        await _until(lambda: pool.ready, 60, "the stream")
+        feeder.start()
+        await _until(lambda: bool(feeder.answers), 60, "a first answer")
+        assert server.pid is not None
+        with caplog.at_level(logging.WARNING, logger="streamer.inference.pool"):
+            os.kill(server.pid, signal.SIGTERM)
+            took = await _until(lambda: not server.running, SERVER_EXIT_TIMEOUT_S + 10, "exit")
+        print(f"Triton exited {took:.1f} s after its SIGTERM")
+        assert any("is shutting down" in r.getMessage() for r in caplog.records)
+        assert not pool.ready  # (nothing to reconnect to)
+    finally:
+        await feeder.stop()
+        await pool.close()
+        if server.running:
+            os.kill(server.pid, signal.SIGKILL)  # type: ignore[arg-type]
