@@ -8,6 +8,11 @@ from typing import Any
 
 import numpy as np
 
+#: Decoders' planar YUV 4:2:0 formats (``yuvj420p``: the full-range one, as JPEG uses).
+YUV420_FORMATS = ("yuv420p", "yuvj420p")
+#: FFmpeg's AVCOL_RANGE_JPEG: a frame's samples are full range (0-255).
+AVCOL_RANGE_JPEG = 2
+
 
 @dataclass(frozen=True, slots=True)
 class Frame:
@@ -20,9 +25,9 @@ class Frame:
 
     ``pixels`` is the picture: an HxWx3 uint8 BGR array, or a decoded picture
     (a PyAV ``VideoFrame``) that :attr:`image` converts to one on first use, in
-    whichever thread asks. Under overload most sampled frames are replaced by
-    newer ones before their turn at Triton; converted lazily, those never pay
-    for the 1080p BGR conversion (and wait in half the memory, as YUV).
+    whichever thread asks. A decoded frame is sent to Triton as its YUV 4:2:0
+    planes (:meth:`planar_yuv`), so only the live view and the event pictures
+    ever convert one; frames wait in half the memory of BGR.
     """
 
     camera: str
@@ -47,6 +52,31 @@ class Frame:
                 object.__setattr__(self, "pixels", self.pixels.to_ndarray(format="bgr24"))
             image: np.ndarray = self.pixels
             return image
+
+    def planar_yuv(self) -> tuple[np.ndarray, bool] | None:
+        """The picture as decoded, when that is planar YUV 4:2:0 of even size: the planes as
+        one ``(H * 3 / 2) x W`` uint8 array (I420: Y, then U, then V) and whether its samples
+        are full range (0-255). Half the bytes of BGR, and no colour conversion here. None for
+        anything else (a BGR array, a picture already converted, another pixel format)."""
+        pixels = self.pixels
+        if isinstance(pixels, np.ndarray) or pixels.format.name not in YUV420_FORMATS:
+            return None
+        if pixels.width % 2 or pixels.height % 2:
+            return None
+        full_range = pixels.format.name == "yuvj420p" or pixels.color_range == AVCOL_RANGE_JPEG
+        return pixels.to_ndarray(), full_range
+
+    def luma(self) -> tuple[np.ndarray, bool]:
+        """The picture's brightness without converting it, for comparing small crops: a
+        decoded YUV 4:2:0 frame's Y plane (HxW, a view: no copy) and whether its samples are
+        limited range (16-235); otherwise the BGR image (grey crop by crop) and False."""
+        pixels = self.pixels
+        if isinstance(pixels, np.ndarray) or pixels.format.name not in YUV420_FORMATS:
+            return self.image, False
+        plane = pixels.planes[0]
+        rows = np.frombuffer(plane, np.uint8).reshape(plane.height, plane.line_size)
+        full_range = pixels.format.name == "yuvj420p" or pixels.color_range == AVCOL_RANGE_JPEG
+        return rows[:, : plane.width], not full_range
 
     @property
     def height(self) -> int:

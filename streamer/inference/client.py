@@ -49,6 +49,7 @@ from streamer.inference.messages import (
     is_deadline_error,
     parse_answer,
     raw_responses,
+    takes_i420,
     timeout_us,
 )
 from streamer.inference.model_errors import ModelErrors
@@ -147,6 +148,9 @@ class PlateRecognizer:
         self.problem: str | None = "not connected yet"
         #: The current run of frames the model answered with errors.
         self.model_errors = ModelErrors(model, url)
+        #: The model takes decoded frames as planar YUV 4:2:0 (read from its metadata as the
+        #: stream opens; a repository older than that input gets BGR).
+        self.sends_i420 = False
 
     @property
     def ready(self) -> bool:
@@ -244,8 +248,8 @@ class PlateRecognizer:
         loop = asyncio.get_running_loop()
         deadline = time.monotonic() + self.request_timeout_s
         try:
-            # frame.image inside the thread: its BGR conversion must not run on the loop
-            tensor = await asyncio.to_thread(image_input, frame)
+            # in a thread: copying the planes (or a BGR conversion) must not run on the loop
+            tensor = await asyncio.to_thread(image_input, frame, self.sends_i420)
         except BaseException:
             permit.release()
             raise
@@ -324,6 +328,8 @@ class PlateRecognizer:
             async with asyncio.timeout(self.connect_timeout_s):
                 if not await client.is_model_ready(self.model):
                     raise InferenceError(f"model {self.model} is not ready")
+                metadata = await client.get_model_metadata(self.model, as_json=True)
+            self.sends_i420 = takes_i420(metadata)
             self._generation += 1
             self._reset_reason = None
             self._outbox_ready.set()  # wakes the old stream's iterator, which then ends
@@ -332,7 +338,12 @@ class PlateRecognizer:
             self._connected.set()
             self.problem = None
             self._opened = True
-            LOG.info("Triton stream to %s open (model %s ready)", self.url, self.model)
+            LOG.info(
+                "Triton stream to %s open (model %s ready, frames sent as %s)",
+                self.url,
+                self.model,
+                "YUV 4:2:0" if self.sends_i420 else "BGR",
+            )
             watchdog = asyncio.create_task(self._watch_overdue(call), name="triton-overdue")
             try:
                 async for response in raw_responses(call):

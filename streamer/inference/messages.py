@@ -1,6 +1,9 @@
 """What one frame sends to the ``plate_recognition`` model and what its answer means.
 
-A request is the frame as one raw UINT8 BGR tensor ``image``, the outputs asked for
+A request is the frame as one raw UINT8 tensor (``image_i420``: the decoder's planar YUV
+4:2:0 as it is, half the bytes of BGR and no colour conversion in the streamer; or
+``image``: BGR, for pictures that are not YUV 4:2:0 and for a model repository older than
+``image_i420``), the outputs asked for
 (:data:`OUTPUTS`), a request id that correlates the answer on the shared stream, and Triton's
 request ``timeout`` (what is left of the frame's deadline, set as it is sent). An answer is
 either an error message, which :func:`is_deadline_error` tells from a model's failure, or
@@ -11,6 +14,7 @@ parallel output arrays that :func:`parse_answer` turns into :class:`PlateReading
 from __future__ import annotations
 
 from collections.abc import AsyncIterable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -26,21 +30,46 @@ DEADLINE_MARKERS = ("deadline exceeded", "request timeout expired")
 _US_PER_S = 1_000_000
 
 
-def image_input(frame: Frame) -> InferInput:
-    """The frame's BGR image as the ``image`` tensor (converting it: not on the event loop)."""
+#: The model's input for a frame in planar YUV 4:2:0; ``image`` takes BGR.
+I420_INPUT = "image_i420"
+
+
+@dataclass(frozen=True)
+class FrameInput:
+    """A frame's picture as the model's input tensor, with the request parameters it needs."""
+
+    tensor: InferInput
+    parameters: dict[str, str] | None = None
+
+
+def takes_i420(metadata: dict[str, Any]) -> bool:
+    """Whether the model (its metadata, as JSON) has the ``image_i420`` input."""
+    return any(i.get("name") == I420_INPUT for i in metadata.get("inputs", []))
+
+
+def image_input(frame: Frame, i420: bool) -> FrameInput:
+    """The frame as the model's input: its decoded planes when ``i420`` and they are planar
+    YUV 4:2:0, else BGR (converting the picture: call it off the event loop)."""
+    planar = frame.planar_yuv() if i420 else None
+    if planar is not None:
+        planes, full_range = planar
+        tensor = InferInput(I420_INPUT, list(planes.shape), "UINT8")
+        tensor.set_data_from_numpy(planes)
+        return FrameInput(tensor, {"yuv_range": "full"} if full_range else None)
     image = frame.image
     tensor = InferInput("image", list(image.shape), "UINT8")
     tensor.set_data_from_numpy(np.ascontiguousarray(image))
-    return tensor
+    return FrameInput(tensor)
 
 
-def frame_request(model: str, request_id: str, image: InferInput) -> dict[str, Any]:
+def frame_request(model: str, request_id: str, image: FrameInput) -> dict[str, Any]:
     """The ``stream_infer`` request of one frame; its ``timeout`` is set when it is sent."""
     return {
         "model_name": model,
-        "inputs": [image],
+        "inputs": [image.tensor],
         "request_id": request_id,
         "outputs": [InferRequestedOutput(name) for name in OUTPUTS],
+        "parameters": image.parameters,
     }
 
 

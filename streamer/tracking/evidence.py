@@ -32,9 +32,16 @@ import numpy as np
 SIGNATURE_SIZE = (48, 16)
 
 
-def plate_signature(image: np.ndarray, box: tuple[float, float, float, float]) -> np.ndarray:
-    """The plate's crop of ``image`` (HxWx3 BGR or HxW grey), grey, scaled to SIGNATURE_SIZE
-    (float32). A box outside the image gives a signature of zeros."""
+#: Limited-range luma (16-235, most video) to grey levels 0-255.
+_LIMITED_BLACK, _LIMITED_SCALE = 16.0, 255.0 / 219.0
+
+
+def plate_signature(
+    image: np.ndarray, box: tuple[float, float, float, float], limited: bool = False
+) -> np.ndarray:
+    """The plate's crop of ``image`` (HxWx3 BGR or HxW grey, ``limited``: a limited-range Y
+    plane), in grey levels 0-255, scaled to SIGNATURE_SIZE (float32). A box outside the
+    image gives a signature of zeros."""
     h, w = image.shape[:2]
     x1, y1, x2, y2 = box
     left, top = min(max(int(x1), 0), w), min(max(int(y1), 0), h)
@@ -44,8 +51,10 @@ def plate_signature(image: np.ndarray, box: tuple[float, float, float, float]) -
         return np.zeros(SIGNATURE_SIZE[::-1], np.float32)
     if crop.ndim == 3:
         crop = cv2.cvtColor(crop, cv2.COLOR_BGR2GRAY)
-    small = cv2.resize(crop, SIGNATURE_SIZE, interpolation=cv2.INTER_AREA)
-    return small.astype(np.float32)
+    small = cv2.resize(crop, SIGNATURE_SIZE, interpolation=cv2.INTER_AREA).astype(np.float32)
+    if limited:
+        small = (small - _LIMITED_BLACK) * _LIMITED_SCALE
+    return small
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,8 +65,10 @@ class Sample:
     signature: np.ndarray
 
     @classmethod
-    def of(cls, image: np.ndarray, box: tuple[float, float, float, float]) -> Sample:
-        return cls(box, plate_signature(image, box))
+    def of(
+        cls, image: np.ndarray, box: tuple[float, float, float, float], limited: bool = False
+    ) -> Sample:
+        return cls(box, plate_signature(image, box, limited))
 
 
 def box_shift(a: tuple[float, float, float, float], b: tuple[float, float, float, float]) -> float:
@@ -70,11 +81,11 @@ def box_shift(a: tuple[float, float, float, float], b: tuple[float, float, float
     return max(centre, abs((by2 - by1) - (ay2 - ay1))) / height
 
 
-def image_change(last: Sample, image: np.ndarray) -> float:
+def image_change(last: Sample, image: np.ndarray, limited: bool = False) -> float:
     """Mean absolute grey-level difference (0-255) between the last counted read's crop and
     ``image`` in the same box. The same box, not the new read's: the detector's box jitters by
     a pixel on a still image, and a crop shifted by a pixel differs more than the picture."""
-    return float(np.mean(np.abs(last.signature - plate_signature(image, last.box))))
+    return float(np.mean(np.abs(last.signature - plate_signature(image, last.box, limited))))
 
 
 def is_new(
@@ -83,10 +94,12 @@ def is_new(
     box: tuple[float, float, float, float],
     min_change: float,
     min_shift: float,
+    limited: bool = False,
 ) -> bool:
-    """Whether a read of the plate at ``box`` in ``image`` is new evidence after the track's
-    last counted read ``last`` (None: nothing counted yet). ``min_change`` / ``min_shift``:
+    """Whether a read of the plate at ``box`` in ``image`` (``limited``: see
+    :func:`plate_signature`) is new evidence after the track's last counted read ``last``
+    (None: nothing counted yet). ``min_change`` / ``min_shift``:
     ``events.evidence_min_change`` / ``evidence_min_shift`` (0 and 0: every read is new)."""
     if last is None:
         return True
-    return box_shift(last.box, box) >= min_shift or image_change(last, image) >= min_change
+    return box_shift(last.box, box) >= min_shift or image_change(last, image, limited) >= min_change

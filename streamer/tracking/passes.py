@@ -47,8 +47,8 @@ backwards (reconnect, file loop) every track is flushed and time continues
 from the last one, plus the decode-time (``Frame.monotonic``) gap between the
 two frames, so deduplication keeps working across the jump.
 
-Frames given to ``update`` must carry their image (``Frame.image``): the
-inference stage converted it, in a worker thread, before sending it.
+Frames given to ``update`` must carry their picture: plate crops are compared on its
+brightness (``Frame.luma``: a decoded frame's Y plane, no conversion on the event loop).
 
 What it hands on (``PlatePass``, ``TrackedPlate``) is streamer/tracking/plate_pass.py; its
 rules (``PassParams``) are streamer/tracking/pass_params.py.
@@ -327,15 +327,16 @@ class PassDetector:
         else:
             state.last_seen = _without_image(frame)
         p = self.params
-        image = frame.image
+        # The Y plane of a decoded frame: no conversion of the picture here, on the loop.
+        image, limited = frame.luma()
         new = evidence.is_new(
-            state.anchor, image, plate.box, p.evidence_min_change, p.evidence_min_shift
+            state.anchor, image, plate.box, p.evidence_min_change, p.evidence_min_shift, limited
         )
         if state.vote.add(
             plate.text, plate.text_score, plate.det_score, t, new=new, char_probs=plate.char_probs
         ):
             if new:
-                state.anchor = evidence.Sample.of(image, plate.box)
+                state.anchor = evidence.Sample.of(image, plate.box, limited)
             # The best read is one the vote kept: any kept read beats the ones it ignored.
             weight = plate.text_score * plate.det_score
             if weight > state.best_weight:

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import av
 import numpy as np
 import pytest
 
 from converters.paths import import_plate_ops
+from tests.footage import YARD_CLIP, encode_yard
 
 plate_ops = import_plate_ops()
 
@@ -167,6 +171,48 @@ def test_ctc_confidence_drops_with_uncertainty() -> None:
 def test_validate_frame_names_the_problem(frame: np.ndarray, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         plate_ops.validate_frame(frame)
+
+
+def _frame_of(clip: Path, index: int = 30) -> av.VideoFrame:
+    with av.open(str(clip)) as container:
+        for i, frame in enumerate(container.decode(video=0)):
+            if i == index:
+                return frame
+    raise AssertionError(f"{clip.name} has fewer than {index + 1} frames")
+
+
+@pytest.mark.parametrize("full_range", [True, False])
+def test_i420_planes_become_the_bgr_ffmpeg_gives(full_range: bool, tmp_path: Path) -> None:
+    """The yard clip decodes as full-range yuvj420p; re-encoded by ffmpeg, the same picture
+    is limited-range yuv420p. Either way the BLS's conversion is within 4 levels of FFmpeg's
+    own bgr24, and read with the wrong range it is visibly off."""
+    clip = YARD_CLIP if full_range else encode_yard(tmp_path / "limited.ts", "[0:v]copy[out]")
+    frame = _frame_of(clip)
+    assert frame.format.name == ("yuvj420p" if full_range else "yuv420p")
+    planes = frame.to_ndarray()
+    assert planes.shape == (frame.height * 3 // 2, frame.width)
+    bgr = plate_ops.i420_to_bgr(planes, full_range=full_range)
+    expected = frame.to_ndarray(format="bgr24")
+    difference = np.abs(bgr.astype(np.int16) - expected.astype(np.int16))
+    assert bgr.shape == expected.shape and bgr.dtype == np.uint8
+    assert difference.max() <= 4 and difference.mean() < 1.5, (difference.max(), difference.mean())
+    wrong = plate_ops.i420_to_bgr(planes, full_range=not full_range)
+    assert np.abs(wrong.astype(np.int16) - expected.astype(np.int16)).mean() > 3
+
+
+@pytest.mark.parametrize(
+    ("planes", "message"),
+    [
+        (np.zeros((12, 8), np.float32), "UINT8"),
+        (np.zeros((12, 8, 1), np.uint8), "H\\*3/2"),
+        (np.zeros((0, 8), np.uint8), "empty"),
+        (np.zeros((10, 8), np.uint8), "even"),  # rows not a multiple of 3
+        (np.zeros((12, 7), np.uint8), "even"),
+    ],
+)
+def test_validate_i420_names_the_problem(planes: np.ndarray, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        plate_ops.validate_i420(planes)
 
 
 def test_char_probabilities_follow_the_best_path() -> None:

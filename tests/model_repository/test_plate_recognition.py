@@ -191,3 +191,70 @@ def test_malformed_request_gets_an_error_and_the_stream_goes_on(
     assert result is None and error is not None and message in error, error
     result, error = results["after"]
     assert error is None and result is not None and _plates(result) == []
+
+
+def _i420_request(
+    planes: np.ndarray, request_id: str, parameters: dict[str, str] | None = None
+) -> dict[str, Any]:
+    request = _request(planes, request_id)
+    tensor = InferInput("image_i420", list(planes.shape), "UINT8")
+    tensor.set_data_from_numpy(planes)
+    return {**request, "inputs": [tensor], "parameters": parameters}
+
+
+def test_a_frame_sent_as_its_yuv_planes_reads_as_its_bgr(triton_server: Any) -> None:
+    """The yard clip's decoded full-range planes (half the bytes) give the texts its BGR
+    frames give: 12 frames over the clip, each sent both ways on one stream."""
+    pictures = []
+    with av.open(str(_media("yard_cam.ts"))) as container:
+        for index, picture in enumerate(container.decode(video=0)):
+            if index % 10 == 0:
+                pictures.append(picture)
+    requests = []
+    for i, picture in enumerate(pictures):
+        assert picture.format.name == "yuvj420p"
+        requests.append(_request(picture.to_ndarray(format="bgr24"), f"bgr-{i}"))
+        requests.append(_i420_request(picture.to_ndarray(), f"i420-{i}", {"yuv_range": "full"}))
+    results = asyncio.run(_stream(triton_server.grpc_url, requests))
+    texts: dict[str, list[list[str]]] = {"bgr": [], "i420": []}
+    for i in range(len(pictures)):
+        for kind in texts:
+            result, error = results[f"{kind}-{i}"]
+            assert error is None and result is not None, error
+            texts[kind].append(sorted(p[2] for p in _plates(result)))
+    same = sum(a == b for a, b in zip(texts["bgr"], texts["i420"], strict=True))
+    print(f"the same texts in {same} of {len(pictures)} frames")
+    assert same >= len(pictures) - 2, texts
+    reads = [sum("O567AM76" in t for t in texts[kind]) for kind in ("bgr", "i420")]
+    assert reads[1] >= 4 and abs(reads[0] - reads[1]) <= 1, reads
+
+
+@pytest.mark.parametrize(
+    ("request_of", "message"),
+    [
+        (
+            lambda: {
+                **_request(np.zeros((64, 64, 3), np.uint8), "bad"),
+                "inputs": [
+                    _i420_request(np.zeros((96, 64), np.uint8), "x")["inputs"][0],
+                    _request(np.zeros((64, 64, 3), np.uint8), "x")["inputs"][0],
+                ],
+            },
+            "exactly one",
+        ),
+        (lambda: _i420_request(np.zeros((96, 63), np.uint8), "bad"), "even"),
+        (
+            lambda: _i420_request(np.zeros((96, 64), np.uint8), "bad", {"yuv_range": "pc"}),
+            "yuv_range",
+        ),
+    ],
+)
+def test_a_malformed_yuv_request_gets_an_error_and_the_stream_goes_on(
+    triton_server: Any, request_of: Any, message: str
+) -> None:
+    cat = cv2.imread(str(_media("cat.jpeg")))
+    results = asyncio.run(_stream(triton_server.grpc_url, [request_of(), _request(cat, "after")]))
+    result, error = results["bad"]
+    assert result is None and error is not None and message in error, error
+    result, error = results["after"]
+    assert error is None and result is not None and _plates(result) == []

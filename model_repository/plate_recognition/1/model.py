@@ -1,7 +1,11 @@
-"""plate_recognition: decoupled BLS model, one BGR frame in, every plate out.
+"""plate_recognition: decoupled BLS model, one frame in, every plate out.
 
-For each request (one frame, UINT8 HxWx3 BGR, any size):
-    letterbox -> detector -> head decode + NMS -> crops -> stn -> lprnet -> CTC decode
+For each request (one frame of any size, in exactly one of two inputs: ``image``, UINT8
+HxWx3 BGR, or ``image_i420``, UINT8 (H*3/2)xW planar YUV 4:2:0 as cameras' decoders give
+it, half the bytes; full-range samples say so with the request parameter
+``yuv_range: "full"``):
+    [I420 -> BGR] -> letterbox -> detector -> head decode + NMS -> crops -> stn -> lprnet
+    -> CTC decode
 and one response with the outputs ``boxes`` [N, 4] (x1, y1, x2, y2 in frame
 pixels), ``det_scores`` [N], ``texts`` [N], ``text_scores`` [N], ``char_probs``
 [N, L, A] (per character of each text, the probability of each character of
@@ -70,6 +74,15 @@ class _Deadline:
         return max(1, int((self.at - time.monotonic()) * 1e6))
 
 
+def _yuv_full_range(request: Any) -> bool:
+    """The request parameter ``yuv_range``: ``"full"`` (0-255) or ``"limited"`` (the default)."""
+    parameters = json.loads(request.parameters() or "{}")
+    value = parameters.get("yuv_range", "limited")
+    if value not in ("full", "limited"):
+        raise ValueError(f"parameter yuv_range must be 'full' or 'limited', got {value!r}")
+    return bool(value == "full")
+
+
 class TritonPythonModel:
     def initialize(self, args: dict[str, Any]) -> None:
         config = json.loads(args["model_config"])
@@ -129,12 +142,17 @@ class TritonPythonModel:
         sender.send(response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 
     async def _recognise(self, request: Any, deadline: _Deadline) -> Any:
-        tensor = pb_utils.get_input_tensor_by_name(request, "image")
-        if tensor is None:
-            raise RequestError("input 'image' is missing")
-        frame = tensor.as_numpy()
+        bgr = pb_utils.get_input_tensor_by_name(request, "image")
+        i420 = pb_utils.get_input_tensor_by_name(request, "image_i420")
+        if (bgr is None) == (i420 is None):
+            raise RequestError("exactly one of the inputs 'image' and 'image_i420' is required")
         try:
-            plate_ops.validate_frame(frame)
+            if bgr is not None:
+                frame = bgr.as_numpy()
+                plate_ops.validate_frame(frame)
+            else:
+                full_range = _yuv_full_range(request)
+                frame = await asyncio.to_thread(plate_ops.i420_to_bgr, i420.as_numpy(), full_range)
         except ValueError as exc:
             raise RequestError(str(exc)) from exc
 

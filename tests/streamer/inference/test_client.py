@@ -6,6 +6,7 @@ import asyncio
 import time
 from typing import TYPE_CHECKING
 
+import av
 import cv2
 import numpy as np
 import pytest
@@ -15,6 +16,7 @@ from streamer.domain.frames import CHAR_PROB_FLOOR, Frame
 from streamer.inference.client import InferenceError, PlateRecognizer
 from streamer.inference.embedded.server import EmbeddedTriton
 from streamer.inference.scheduler import AdaptiveWindow, FairScheduler
+from tests.footage import YARD_CLIP
 
 if TYPE_CHECKING:
     from tests.conftest import SpareTriton
@@ -53,6 +55,28 @@ async def test_frames_in_flight_are_answered_by_id(triton_server: EmbeddedTriton
             probs = [p for _, p in choices]
             assert probs == sorted(probs, reverse=True)
             assert all(p >= CHAR_PROB_FLOOR for p in probs) and sum(probs) <= 1.0 + 1e-3
+
+
+async def test_decoded_frames_go_as_their_yuv_planes(triton_server: EmbeddedTriton) -> None:
+    """The stream opens knowing the model takes ``image_i420``; decoded frames are sent as
+    their planes, never converted to BGR in the streamer, and read as usual."""
+    recognizer = PlateRecognizer(triton_server.grpc_url, request_timeout_s=120)
+    await recognizer.start()
+    frames = []
+    with av.open(str(YARD_CLIP)) as container:
+        for index, picture in enumerate(container.decode(video=0)):
+            if index in (20, 40, 60):
+                frames.append(
+                    Frame("yard", index, index / 15, time.time(), time.monotonic(), picture)
+                )
+    try:
+        await recognizer.wait_ready(30)
+        assert recognizer.sends_i420
+        results = await asyncio.gather(*(recognizer.recognise(f) for f in frames))
+    finally:
+        await recognizer.close()
+    assert all(isinstance(f.pixels, av.VideoFrame) for f in frames)  # no BGR made here
+    assert sum("O567AM76" in [p.text for p in plates] for plates in results) >= 2, results
 
 
 async def test_bad_frame_fails_alone(triton_server: EmbeddedTriton) -> None:

@@ -1,13 +1,29 @@
-"""streamer.inference.messages: a plate_recognition answer parsed into PlateReadings."""
+"""streamer.inference.messages: a frame as the model's input (its decoded planes where it
+can), and a plate_recognition answer parsed into PlateReadings."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+
+import av
 import numpy as np
 import pytest
 from tritonclient.grpc import InferResult, service_pb2
 from tritonclient.utils import serialize_byte_tensor
 
-from streamer.inference.messages import OUTPUTS, is_deadline_error, parse_answer, timeout_us
+from streamer.domain.frames import AVCOL_RANGE_JPEG, Frame
+from streamer.inference.messages import (
+    I420_INPUT,
+    OUTPUTS,
+    frame_request,
+    image_input,
+    is_deadline_error,
+    parse_answer,
+    takes_i420,
+    timeout_us,
+)
+from tests.footage import YARD_CLIP
 
 
 def _response(names: tuple[str, ...]) -> InferResult:
@@ -57,3 +73,66 @@ def test_deadline_errors_are_told_from_model_failures(error: str, deadline: bool
 def test_the_request_timeout_is_what_is_left_in_microseconds_and_never_none() -> None:
     assert timeout_us(1.5) == 1_500_000
     assert timeout_us(1e-9) == 1  # 0 would tell Triton: no timeout
+
+
+def _decoded(pixel_format: str | None = None, size: tuple[int, int] | None = None) -> Frame:
+    """Frame 30 of the yard clip as the decoder gives it (full-range yuvj420p, 1920x1080),
+    or reformatted to ``pixel_format`` and ``size``."""
+    with av.open(str(YARD_CLIP)) as container:
+        for index, picture in enumerate(container.decode(video=0)):
+            if index == 30:
+                if pixel_format or size:
+                    width, height = size or (picture.width, picture.height)
+                    picture = picture.reformat(width, height, pixel_format or picture.format.name)
+                return Frame("yard", index, index / 15, time.time(), time.monotonic(), picture)
+    raise AssertionError("yard_cam.ts is shorter than 31 frames")
+
+
+def test_a_decoded_yuv420_frame_goes_as_its_planes_in_half_the_bytes_of_bgr() -> None:
+    frame = _decoded()
+    planar = image_input(frame, i420=True)
+    assert planar.tensor.name() == I420_INPUT and planar.tensor.shape() == [1620, 1920]
+    assert planar.parameters == {"yuv_range": "full"}  # the clip is yuvj420p
+    assert isinstance(frame.pixels, av.VideoFrame)  # not converted to BGR on the way
+    bgr = image_input(frame, i420=False)  # a model repository without image_i420
+    assert bgr.tensor.name() == "image" and bgr.tensor.shape() == [1080, 1920, 3]
+    assert bgr.parameters is None
+    assert len(planar.tensor._get_content()) * 2 == len(bgr.tensor._get_content())
+    request = frame_request("plate_recognition", "yard:30:0", planar)
+    assert request["parameters"] == {"yuv_range": "full"}
+    assert request["inputs"] == [planar.tensor]
+
+
+def test_the_yuv_range_follows_the_frame() -> None:
+    """yuv420p that FFmpeg marks full range is full range; plain yuv420p is limited."""
+    tagged = _decoded("yuv420p")
+    assert tagged.pixels.color_range == AVCOL_RANGE_JPEG
+    assert image_input(tagged, i420=True).parameters == {"yuv_range": "full"}
+    picture = av.VideoFrame.from_ndarray(np.full((4, 6), 128, np.uint8), format="gray")
+    plain = Frame("x", 0, 0.0, 0.0, 0.0, picture.reformat(format="yuv420p"))
+    sent = image_input(plain, i420=True)
+    assert sent.tensor.name() == I420_INPUT and sent.parameters is None
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        pytest.param(lambda: _decoded("nv12"), id="nv12"),
+        pytest.param(lambda: _decoded(size=(641, 361)), id="odd size"),
+        pytest.param(
+            lambda: Frame("x", 0, 0.0, 0.0, 0.0, np.zeros((8, 8, 3), np.uint8)), id="bgr array"
+        ),
+    ],
+)
+def test_other_pictures_go_as_bgr(frame: Callable[[], Frame]) -> None:
+    picture = frame()
+    sent = image_input(picture, i420=True)
+    assert sent.tensor.name() == "image" and sent.parameters is None
+    assert sent.tensor.shape() == [picture.height, picture.width, 3]
+
+
+def test_takes_i420_reads_the_model_metadata() -> None:
+    image = {"name": "image", "datatype": "UINT8", "shape": ["-1", "-1", "3"]}
+    planes = {"name": "image_i420", "datatype": "UINT8", "shape": ["-1", "-1"]}
+    assert takes_i420({"name": "plate_recognition", "inputs": [image, planes]})
+    assert not takes_i420({"name": "plate_recognition", "inputs": [image]})

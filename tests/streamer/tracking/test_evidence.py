@@ -1,9 +1,14 @@
+from pathlib import Path
+
+import av
 import numpy as np
 import pytest
 
 from streamer.config import EventsConfig
+from streamer.domain.frames import Frame
 from streamer.tracking import evidence
 from streamer.tracking.evidence import Sample, box_shift, image_change, is_new, plate_signature
+from tests.footage import YARD_CLIP, encode_yard
 
 BOX = (40.0, 20.0, 120.0, 40.0)  # 80 x 20 pixels
 #: The config's default thresholds (events.evidence_min_change / evidence_min_shift).
@@ -63,3 +68,26 @@ def test_zero_thresholds_count_every_read() -> None:
 def test_a_box_outside_the_image_gives_an_empty_signature() -> None:
     signature = plate_signature(_scene(), (500.0, 500.0, 600.0, 520.0))
     assert signature.shape == evidence.SIGNATURE_SIZE[::-1] and not signature.any()
+
+
+@pytest.mark.parametrize("limited", [False, True])
+def test_a_decoded_frame_is_compared_on_its_y_plane_as_on_its_bgr(
+    limited: bool, tmp_path: Path
+) -> None:
+    """The tracker compares plate crops on a decoded frame's Y plane (a view, no conversion of
+    the picture on the event loop): full range (the yard clip's yuvj420p) or limited range (an
+    ffmpeg re-encode), the signature is within 3 grey levels of the BGR picture's (what
+    counts is the change between two reads, which a constant offset does not alter)."""
+    clip = encode_yard(tmp_path / "limited.ts", "[0:v]copy[out]") if limited else YARD_CLIP
+    with av.open(str(clip)) as container:
+        picture = next(f for i, f in enumerate(container.decode(video=0)) if i == 30)
+    frame = Frame("yard", 30, 2.0, 0.0, 0.0, picture)
+    plane, is_limited = frame.luma()
+    assert is_limited == limited and plane.shape == (picture.height, picture.width)
+    assert plane.base is not None  # a view of the decoder's plane
+    assert isinstance(frame.pixels, av.VideoFrame)  # nothing converted
+    bgr = picture.to_ndarray(format="bgr24")
+    for box in [(350.0, 500.0, 470.0, 530.0), (1200.0, 700.0, 1300.0, 740.0)]:
+        from_y = plate_signature(plane, box, is_limited)
+        from_bgr = plate_signature(bgr, box)
+        assert np.abs(from_y - from_bgr).max() <= 3.0, np.abs(from_y - from_bgr).max()
