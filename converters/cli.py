@@ -54,6 +54,7 @@ def _build(args: argparse.Namespace) -> int:
         gpu_instances=args.gpu_instances,
         cpu_detector_instances=args.cpu_detector_instances,
         cpu_detector_threads=args.cpu_detector_threads,
+        bls_instances=args.bls_instances,
         runtime=args.runtime,
         precision=args.precision,
         tensorrt=args.tensorrt,
@@ -121,6 +122,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=1,
         help="CPU target: threads (torch or OpenVINO) per detector instance (default 1); "
         "instances x threads should not exceed the cores Triton may use",
+    )
+    build.add_argument(
+        "--bls-instances",
+        type=positive_int,
+        help="instances (processes) of plate_recognition, each serving many frames at once "
+        "(default: 1 on cpu, 2 on gpu)",
     )
     build.add_argument(
         "--runtime",

@@ -51,6 +51,13 @@ TARGETS = ("cpu", "gpu")
 RECOGNISER_MAX_BATCH = 64
 
 
+#: plate_recognition's instances by target. On the CPU one: the detector needs every core,
+#: and one instance already serves many frames at once; on a GPU two, so the BLS's own CPU
+#: work (13 ms of CPU a 1080p frame, docs/PERFORMANCE.md P2) runs on two cores as a GPU
+#: detector outruns one.
+DEFAULT_BLS_INSTANCES = {"cpu": 1, "gpu": 2}
+
+
 @dataclass
 class BuildOptions:
     target: str = "cpu"
@@ -68,6 +75,8 @@ class BuildOptions:
     # burn the CPU that the BLS, Triton and the service's decode need.
     cpu_detector_instances: int = 2
     cpu_detector_threads: int = 1
+    # plate_recognition's instances (processes); None: the target's DEFAULT_BLS_INSTANCES.
+    bls_instances: int | None = None
     # How the tensor models are served: see model_config.Serving.resolve for the choices.
     runtime: str | None = None  # None: the target's default (model_config.DEFAULT_RUNTIMES)
     # None: the runtime's default (fp32; fp16 with TensorRT); "auto": model_config.AUTO_PRECISION
@@ -294,6 +303,7 @@ def build(options: BuildOptions, progress: Callable[[str], None] = print) -> Pat
             iou_threshold=options.iou_threshold,
             max_plates=options.max_plates,
             crop_pad_ratio=import_plate_ops().CROP_PAD_RATIO,
+            bls_instances=options.bls_instances or DEFAULT_BLS_INSTANCES[options.target],
         )
         parse_config(bls_config, f"{BLS_MODEL}/config.pbtxt")
         (staging / BLS_MODEL / "1").mkdir(parents=True)

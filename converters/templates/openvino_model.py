@@ -94,8 +94,12 @@ class TritonPythonModel:
     def execute(self, requests: list[Any]) -> list[Any]:
         arrays = [pb_utils.get_input_tensor_by_name(r, INPUT).as_numpy() for r in requests]
         sizes = [len(a) for a in arrays]
-        batch = np.ascontiguousarray(np.concatenate(arrays, axis=0), dtype=np.float32)
-        result = self.request.infer({0: batch})[0]  # a copy: the next infer reuses the buffer
+        # One request (the usual case on a CPU): its tensor as it is, no concatenated copy.
+        batch = arrays[0] if len(arrays) == 1 else np.concatenate(arrays, axis=0)
+        batch = np.ascontiguousarray(batch, dtype=np.float32)
+        # share_inputs: OpenVINO reads the array in place instead of copying it (11 MB for
+        # a 736x1280 frame); result: a copy, since the next infer reuses the output buffer.
+        result = self.request.infer({0: batch}, share_inputs=True)[0]
         responses = []
         start = 0
         for size in sizes:

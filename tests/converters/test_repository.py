@@ -56,6 +56,9 @@ def test_gpu_target_is_libtorch_with_dynamic_batching(tmp_path: Path) -> None:
     assert bls.parameters["detector_head_layout"].string_value == "v8"
     assert (out / "plate_recognition" / "1" / "model.py").is_file()
     assert (out / "plate_recognition" / "1" / "plate_ops.py").is_file()
+    assert [g.count for g in bls.instance_group] == [2]  # the GPU target's default
+    assert [i.name for i in bls.input] == ["image", "image_i420"]
+    assert all(i.optional for i in bls.input)
 
 
 def test_cpu_target_is_python_backend_running_torchscript(tmp_path: Path) -> None:
@@ -75,10 +78,12 @@ def test_cpu_target_is_python_backend_running_torchscript(tmp_path: Path) -> Non
     assert [g.count for g in detector_config.instance_group] == [2]
     assert detector_config.parameters["torch_threads"].string_value == "1"
     assert [g.count for g in load_config(out / "stn" / "config.pbtxt").instance_group] == [1]
+    bls_path = out / "plate_recognition" / "config.pbtxt"
+    assert [g.count for g in load_config(bls_path).instance_group] == [1]
     assert sorted(p.name for p in out.iterdir()) == sorted([*MODELS, "build_info.json"])
     # A rebuild replaces the previous one cleanly (no leftovers, no staging folders).
     options = ["--input-size", "640", "--cpu-detector-instances", "3"]
-    options += ["--cpu-detector-threads", "2"]
+    options += ["--cpu-detector-threads", "2", "--bls-instances", "3"]
     assert (
         main(["build", "--target", "cpu", "--runtime", "torchscript", "--out", str(out), *options])
         == 0
@@ -89,9 +94,12 @@ def test_cpu_target_is_python_backend_running_torchscript(tmp_path: Path) -> Non
     assert list(detector_config.input[0].dims) == [3, 640, 640]
     assert [g.count for g in detector_config.instance_group] == [3]
     assert detector_config.parameters["torch_threads"].string_value == "2"
+    assert [g.count for g in load_config(bls_path).instance_group] == [3]
 
 
-@pytest.mark.parametrize("option", ["--cpu-detector-instances", "--cpu-detector-threads"])
+@pytest.mark.parametrize(
+    "option", ["--cpu-detector-instances", "--cpu-detector-threads", "--bls-instances"]
+)
 def test_cpu_detector_sizes_must_be_positive(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], option: str
 ) -> None:

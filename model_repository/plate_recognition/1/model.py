@@ -21,11 +21,13 @@ the GIL) so it does not stall the other requests' awaits.
 Deadlines: a request's Triton ``timeout`` (microseconds, set by the streamer to
 what is left of the frame's deadline) starts when the request reaches this
 model. Before each stage the request is checked: once its deadline has passed
-(or its client cancelled it, e.g. by resetting the stream) it is answered at
-once with an error that says ``deadline exceeded`` (resp. ``cancelled``), and no
-further work is started for it. Sub-requests carry the time left as their own
-timeout, so the callees' queue policy (``timeout_action: REJECT``) drops them
-from the queue when it passes instead of running them for nobody.
+(or, before the detector and the recognisers, its client cancelled it, e.g. by
+resetting the stream) it is answered at once with an error that says ``deadline
+exceeded`` (resp. ``cancelled``), and no further work is started for it.
+Sub-requests carry the time left as their own timeout, so the callees' queue
+policy (``timeout_action: REJECT``) drops them from the queue when it passes
+instead of running them for nobody. The calls that block on the Triton process
+(``is_cancelled``, the response's ``send``) run in threads, off the loop.
 """
 
 from __future__ import annotations
@@ -62,10 +64,17 @@ class _Deadline:
         self.at = time.monotonic() + timeout_us / 1e6 if timeout_us > 0 else None
 
     def check(self, stage: str) -> None:
-        if self.request.is_cancelled():
-            raise DeadlineError(stage, cancelled=True)
+        """The deadline alone: no call to Triton."""
         if self.at is not None and time.monotonic() >= self.at:
             raise DeadlineError(stage)
+
+    async def check_with_client(self, stage: str) -> None:
+        """The deadline, then whether the client cancelled the request: a blocking call to
+        the Triton process, so in a thread (the other requests' awaits go on meanwhile).
+        Asked only before the expensive stages, the detector and the recognisers."""
+        self.check(stage)
+        if await asyncio.to_thread(self.request.is_cancelled):
+            raise DeadlineError(stage, cancelled=True)
 
     def remaining_us(self) -> int:
         """Time left for a sub-request (0: no timeout); at least 1 µs while not expired."""
@@ -139,7 +148,10 @@ class TritonPythonModel:
             response = pb_utils.InferenceResponse(error=pb_utils.TritonError(message))
         finally:
             self.in_flight -= 1
-        sender.send(response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        # A blocking call to the Triton process: in a thread, so the loop serves the others.
+        await asyncio.to_thread(
+            sender.send, response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+        )
 
     async def _recognise(self, request: Any, deadline: _Deadline) -> Any:
         bgr = pb_utils.get_input_tensor_by_name(request, "image")
@@ -160,7 +172,7 @@ class TritonPythonModel:
         detector_input, transform = await asyncio.to_thread(
             plate_ops.letterbox, frame, self.input_hw
         )
-        deadline.check("detector")
+        await deadline.check_with_client("detector")
         head = await self._infer(self.detector, detector_input[None], deadline)
         detections = await asyncio.to_thread(self._postprocess, head[0], transform, frame.shape)
         if len(detections) == 0:
@@ -171,7 +183,7 @@ class TritonPythonModel:
                 np.zeros((0, 1, len(plate_ops.ALPHABET)), np.float32),
             )
 
-        deadline.check("recognisers")
+        await deadline.check_with_client("recognisers")
         crops = await asyncio.to_thread(
             plate_ops.crop_plates, frame, detections.boxes, self.crop_pad_ratio
         )
@@ -201,7 +213,7 @@ class TritonPythonModel:
             return await self._infer(self.lprnet, straightened, deadline)
 
         results = await asyncio.gather(*(one(chunk) for chunk in chunks))
-        return np.concatenate(results, axis=0)
+        return results[0] if len(results) == 1 else np.concatenate(results, axis=0)
 
     async def _infer(self, model: str, batch: np.ndarray, deadline: _Deadline) -> np.ndarray:
         request = pb_utils.InferenceRequest(
