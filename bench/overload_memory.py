@@ -72,6 +72,12 @@ def main(argv: list[str] | None = None) -> int:
         "events: {stdout: false}\nmetrics: {enabled: false}\nweb: {enabled: false}\n"
     )
     settings = load_config(config)
+    try:  # as `streamer run` does at start (older checkouts have no allocator settings)
+        from streamer.ops.allocator import tune_allocator
+
+        tune_allocator()
+    except ImportError:
+        pass
     for camera in settings.cameras:  # older checkouts have no motion gate
         motion = getattr(camera, "motion", None)
         if motion is not None:

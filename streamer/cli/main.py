@@ -47,6 +47,7 @@ from typing import Any, NoReturn
 from streamer.cli import deadletters, erase, recognise
 from streamer.cli.arguments import non_negative_seconds
 from streamer.delivery.consumers import CATCH_UP_TIMEOUT_S
+from streamer.ops.allocator import tune_allocator
 from streamer.ops.logs import setup_logging
 from streamer.ops.paths import DEFAULT_MODEL_REPOSITORY
 from streamer.pipeline.shards import Shard
@@ -143,6 +144,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     setup_logging(args.log_level or settings.log.level, settings.log.format)
+    tune_allocator()  # before the cameras' threads start
     try:
         service = Service(
             settings,

@@ -90,12 +90,15 @@ def open_video(
     rtsp_transport: str,
     open_timeout_s: float,
     read_timeout_s: float,
+    frame_threads: bool = False,
 ) -> tuple[Any, Any]:
     """Open the container at ``url`` and pick its first video stream: ``(container, stream)``.
 
     Raises what PyAV raises, or ``ValueError`` when there is no video stream (the container
-    is then closed). A file's stream decodes with frame threads (throughput); a live one
-    without (no frame-thread delay).
+    is then closed). ``frame_threads``: decode with frame threads, for a file played as fast
+    as possible (throughput). A camera, or a file paced as one, decodes without: no
+    frame-thread delay, and each frame thread keeps pictures of its own (13 MB more per
+    1080p H.264 stream with 3 threads, measured).
     """
     if live:
         options = open_options(url, rtsp_transport=rtsp_transport, read_timeout_s=read_timeout_s)
@@ -115,7 +118,7 @@ def open_video(
         if not container.streams.video:
             raise ValueError("no video stream")
         stream = container.streams.video[0]
-        if not live:
+        if frame_threads:
             stream.thread_type = "AUTO"
         return container, stream
     except BaseException:

@@ -3,9 +3,9 @@
 :class:`Session` runs in the camera's decode thread, from an opened stream to its end. Each
 decoded picture is counted, timed and sampled (streamer/ingest/sampling.py), paced when a
 file plays in real time, passed through the motion gate (streamer/ingest/motion.py) and
-queued as decoded: it is converted to BGR only when something uses its image
-(``Frame.image``: the frames sent to Triton), or now and then for the live view when the gate
-held it back. The reconnects around sessions are the source's (streamer/ingest/source.py).
+queued as decoded (sent to Triton as its YUV planes; converted to BGR only when something
+draws it, ``Frame.image``), and kept now and then for the live view when the gate held it
+back. The reconnects around sessions are the source's (streamer/ingest/source.py).
 """
 
 from __future__ import annotations
@@ -148,7 +148,7 @@ class Session:
             pts_s=t,
             wall_time=wall_time,
             monotonic=monotonic,
-            pixels=frame,  # converted to BGR only if it is sent (Frame.image)
+            pixels=frame,  # as decoded: sent as its YUV planes, BGR only if drawn
         )
         with shared.stall.waiting():
             queued = source.queue.put_threadsafe(item, shared.stop)
@@ -182,16 +182,16 @@ class Session:
 
         The live view draws the latest recognised frame; while a still scene is gated that
         frame would stand still (a timestamp overlay included). So a skipped frame is still
-        converted now and then (about 3 ms a 1080p frame, once a second) for it to show.
+        kept now and then (once a second) for it to show, as decoded: the live view converts
+        it (``Frame.image``) only if somebody watches.
         """
         source, shared = self.source, self._shared
         now = time.monotonic()
         previous = source.latest_preview
         if previous is not None and now - previous.monotonic < PREVIEW_INTERVAL_S:
             return
-        image = frame.to_ndarray(format="bgr24")
         with shared.lock:
             if self._generation != shared.generation:
                 return
             index = shared.next_index  # not taken: the sent frames' indices stay consecutive
-        source.latest_preview = Frame(source.name, index, t, time.time(), now, image)
+        source.latest_preview = Frame(source.name, index, t, time.time(), now, frame)

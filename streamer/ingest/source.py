@@ -54,11 +54,11 @@ class CameraSource:
     Sampling (streamer/ingest/sampling.py): a frame is kept when its stream time reaches the
     next slot of ``1 / sample_fps`` (``EVERY_FRAME`` keeps every frame); the first frame is
     always kept, and the slots restart when the stream time jumps back (reconnect, file loop).
-    Kept frames are queued as decoded; each is converted to BGR only when something uses its
-    image (``Frame.image``: the frames sent to Triton).
+    Kept frames are queued as decoded; each is converted to BGR only when something draws
+    it (``Frame.image``: the live view, an event's picture); Triton gets its YUV planes.
 
-    ``motion_gate`` (optional; None sends every kept frame): after sampling and pacing, before
-    the BGR conversion, the gate decides from a small grey image whether the frame is sent
+    ``motion_gate`` (optional; None sends every kept frame): after sampling and pacing, the
+    gate decides from a small grey image whether the frame is sent
     (streamer/ingest/motion.py); it is reset at each connect and file loop, so the first frame
     of a session is always sent. Skipped frames are counted in ``stats.skipped_no_motion``.
 
@@ -255,6 +255,12 @@ class CameraSource:
             if current:
                 self.queue.close()
 
+    @property
+    def frame_threads(self) -> bool:
+        """Decode with frame threads: only a file played as fast as possible (throughput); a
+        camera, or a file paced as one, without (``decode.open_video``)."""
+        return not self.live and not self.realtime
+
     def _loop(self, generation: int) -> None:
         attempt = 0  # backoff exponent
         retrying = generation > 0  # a replacement thread starts by reconnecting
@@ -269,6 +275,7 @@ class CameraSource:
                     rtsp_transport=self.rtsp_transport,
                     open_timeout_s=self.open_timeout_s,
                     read_timeout_s=self.read_timeout_s,
+                    frame_threads=self.frame_threads,
                 )
             except Exception as exc:
                 open_error = self.error_text(exc)

@@ -202,7 +202,7 @@ class PassDetector:
             self._offset = self._t + gap - frame.pts_s
         t = frame.pts_s + self._offset
         self._t = t
-        self._last = frame
+        self._last = _without_image(frame)  # its times only: not a picture per camera
 
         plates = result.plates
         boxes = np.array([p.box for p in plates], dtype=np.float64).reshape(-1, 4)

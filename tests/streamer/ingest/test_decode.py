@@ -14,10 +14,12 @@ from pathlib import Path
 import av
 import numpy as np
 import pytest
+from av.codec.context import ThreadType
 
 from streamer.ingest.decode import OpenTimeoutError, is_live, open_options, open_video
 from streamer.ingest.frame_queue import FrameQueue
 from streamer.ingest.source import CameraSource
+from tests.footage import YARD_CLIP
 from tests.rtsp_server import RtspServer
 from tests.streamer.ingest.sources import (
     Collector,
@@ -216,3 +218,27 @@ def test_a_server_that_answers_nonsense_and_hangs_up_is_not_a_timeout() -> None:
         assert not isinstance(failure.value, OpenTimeoutError)
     finally:
         server.close()
+
+
+@pytest.mark.parametrize(
+    ("url", "realtime", "threads"),
+    [(YARD_CLIP, False, True), (YARD_CLIP, True, False), ("rtsp://127.0.0.1:9/x", False, False)],
+)
+def test_only_a_file_played_as_fast_as_possible_decodes_with_frame_threads(
+    url: Path | str, realtime: bool, threads: bool
+) -> None:
+    """Frame threads for throughput; a camera, or a file paced as one, decodes without them:
+    no frame-thread delay, and no pictures of their own per thread."""
+    source = make_source(url, FrameQueue(2, "wait"), realtime=realtime)
+    assert source.frame_threads == threads
+    for frame_threads in (False, True):
+        container, stream = open_video(
+            str(YARD_CLIP),
+            live=False,
+            rtsp_transport="tcp",
+            open_timeout_s=5.0,
+            read_timeout_s=5.0,
+            frame_threads=frame_threads,
+        )
+        with container:
+            assert bool(stream.codec_context.thread_type & ThreadType.FRAME) == frame_threads
