@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GPU throughput of plate_recognition: see bench/gpu/README.md.
 #
-#   bench/gpu/run.sh prepare     # here (no GPU): wheels, slim Triton, models, clip -> bench/gpu/carry/
+#   bench/gpu/run.sh prepare [REPO]  # here (no GPU): wheels, slim Triton, models (built as
+#                                    # TorchScript unless REPO), clip -> bench/gpu/carry/
 #   bench/gpu/run.sh check       # here: unpack the carry like the device does, dry-run the bench
 #   bench/gpu/run.sh cpu-smoke   # here: the whole flow on the CPU Triton (short), end to end
 #   bench/gpu/run.sh [ARGS...]   # on the GPU machine (carry: bench/gpu/carry); ARGS go to bench_gpu.py
@@ -60,7 +61,7 @@ find_clip() {
 }
 
 prepare() {
-  local models=${1:-$REPO/model_repository}
+  local models=${1:-}
   local py; py=$(host_python)
   local build; build=$(mktemp -d "${TMPDIR:-/tmp}/lpr-bench-prepare.XXXXXX")
   trap 'rm -rf "$build"' RETURN
@@ -68,7 +69,14 @@ prepare() {
   rm -rf "$CARRY.new"
   mkdir -p "$CARRY.new"
 
-  # 1. The CPU-target model repository, as built (TorchScript files + configs + the BLS).
+  # 1. A CPU-target model repository of TorchScript files (the GPU machine's torch runs
+  # them on the GPU), built here unless one is given: make models builds OpenVINO by default.
+  if [[ -z "$models" ]]; then
+    models="$build/built"
+    echo "building a CPU TorchScript repository into $models ..."
+    (cd "$REPO" && "$py" -m converters build --target cpu --runtime torchscript --out "$models") \
+      || die "building the TorchScript repository failed"
+  fi
   "$py" - "$models" <<'EOF'
 import json, sys
 from pathlib import Path
