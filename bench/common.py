@@ -75,7 +75,9 @@ class Figure:
 
     ``higher_is_better`` says how the ratio meets ``target`` (``>=`` or ``<=``). Per-round
     ratios (each numerator run over the denominator run of the same round) give the spread of
-    the ratio; the ratio itself is median / median.
+    the ratio; the ratio itself is median / median. ``failed_checks``: why the figure cannot
+    pass whatever its ratio (an option whose texts differ from the baseline's is no faster
+    way to the same answer): with any, a ratio that meets its target is still a MISS.
     """
 
     key: str
@@ -89,6 +91,7 @@ class Figure:
     higher_is_better: bool
     notes: list[str] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
+    failed_checks: list[str] = field(default_factory=list)
 
     @property
     def ratio(self) -> float | None:
@@ -111,7 +114,7 @@ class Figure:
         if ratio is None:
             return "n/a"
         met = ratio >= self.target if self.higher_is_better else ratio <= self.target
-        return "PASS" if met else "MISS"
+        return "PASS" if met and not self.failed_checks else "MISS"
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Figure:
@@ -128,6 +131,7 @@ class Figure:
             higher_is_better=data["target_op"] == ">=",
             notes=list(data["notes"]),
             extra=dict(data["extra"]),
+            failed_checks=list(data.get("failed_checks", [])),
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -144,6 +148,7 @@ class Figure:
             "verdict": self.verdict,
             "notes": self.notes,
             "extra": self.extra,
+            "failed_checks": self.failed_checks,
         }
 
 

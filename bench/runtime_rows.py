@@ -8,9 +8,14 @@ which builds and serves each variant itself (its own Tritons, so the suite runs 
 while its own Triton is not started) and returns one row per variant, each with at least
 ``variant`` (``"torchscript"`` is the baseline) and ``frames_per_s``: whole-chain frames/s per
 round, in round order (a list of floats, or ``bench.common.summarize``'s dict with its
-``samples``). Optional keys shown when present: ``texts_identical`` (bool), ``min_box_iou``,
-``precision``, ``server_cpu_ms_per_frame`` (a number, or ``{"all": summarize(...)}``).
+``samples``) and ``texts_identical`` (bool: every frame's texts equal TorchScript's). Optional
+keys shown when present: ``frames_with_other_texts``, ``min_box_iou``, ``precision``,
+``server_cpu_ms_per_frame`` (a number, or ``{"all": summarize(...)}``).
 Until that function exists the phase reports one ``n/a`` row saying so.
+
+A runtime PASSes only when it is at least as fast as TorchScript *and* reads the same texts:
+a faster option that reads plates differently is not the same service, so a row whose texts
+differ (or were not compared) is a MISS whatever its speed (``Figure.failed_checks``).
 """
 
 from __future__ import annotations
@@ -101,12 +106,12 @@ def runtime_figures(rows: list[dict[str, Any]]) -> list[Figure]:
             "crops, stn, lprnet, CTC), the same decoded frames of yard_cam.ts for each "
             "variant, rounds interleaved (bench/runtimes.py)"
         ]
-        if "texts_identical" in row:
-            notes.append(
-                "texts identical to TorchScript's on every frame"
-                if row["texts_identical"]
-                else "texts DIFFER from TorchScript's on some frames"
-            )
+        checks = text_checks(row)
+        notes.append(
+            "texts identical to TorchScript's on every frame"
+            if not checks
+            else f"{checks[0]}: a MISS whatever its speed"
+        )
         if row.get("min_box_iou") is not None:
             notes.append(f"lowest box IoU against TorchScript {float(row['min_box_iou']):.3f}")
         cpu, base_cpu = (
@@ -128,6 +133,24 @@ def runtime_figures(rows: list[dict[str, Any]]) -> list[Figure]:
                 higher_is_better=True,
                 notes=notes,
                 extra={"texts_identical": row.get("texts_identical")},
+                failed_checks=checks,
             )
         )
     return figures
+
+
+def text_checks(row: dict[str, Any]) -> list[str]:
+    """Why a runtime row cannot pass on its texts: they differ, or were not compared."""
+    identical = row.get("texts_identical")
+    if identical is True:
+        return []
+    if identical is None:
+        return ["texts not compared with TorchScript's"]
+    differing = row.get("frames_with_other_texts")
+    frames = row.get("frames")
+    where = (
+        f" on {len(differing)} of {frames} frames"
+        if isinstance(differing, list) and frames
+        else " on some frames"
+    )
+    return [f"texts DIFFER from TorchScript's{where}"]

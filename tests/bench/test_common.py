@@ -74,3 +74,14 @@ def test_percentile_interpolates_linearly() -> None:
     assert percentile(values, 100) == 4.0
     assert percentile(values, 99) == pytest.approx(3.97)
     assert percentile([], 50) is None
+
+
+def test_a_failed_check_makes_a_met_target_a_miss_and_survives_json() -> None:
+    figure = _figure([2.0], [1.0], 1.0, higher=True)
+    assert figure.verdict == "PASS"
+    figure.failed_checks = ["texts differ"]
+    assert figure.verdict == "MISS"
+    again = Figure.from_dict(json.loads(json.dumps(figure.as_dict())))
+    assert again == figure and again.verdict == "MISS"
+    # without a target a figure is information, checks or not
+    assert _figure([2.0], [1.0], None, higher=True).verdict == "info"
