@@ -94,7 +94,7 @@ demo: setup models
 	@LPR_ASSETS_DIR=$$($(BIN)/python -c 'from converters import assets; print(assets.default_assets_dir())') \
 		$(BIN)/python -m streamer run --config configs/demo.yaml --once
 
-# Side-by-side performance suite (about 40 minutes on 2 cores: P1-P4 ~17, overload ladder ~14,
+# Side-by-side performance suite (about 45 minutes on 2 cores: P1-P4 ~17, overload ladder ~14,
 # runtimes ~5, cameras per core ~3, motion gating ~2): docs/PERFORMANCE.md (+ .json, .png next to it);
 # then the SIGTERM shutdown times (about 4 minutes), the event history at 1 million events
 # (about 5 minutes) and the event log's throughput and isolation (about 1.5 minutes).

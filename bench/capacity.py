@@ -1,11 +1,15 @@
 """Phase O, the overload ladder: N real-time cameras against one Triton, N = 1, 2, 4, 8, 16.
 
-Each step runs the service in its own worker process (bench/timeline.py) for
-``plan.ladder_step_s`` seconds on N file cameras looping yard_cam.ts in real time
-(``realtime: true``, sample_fps 5, default ``triton`` settings, the motion gate off so that
-every sampled frame is offered, ``dedup_window_s: 0`` so that every pass of the looping clip
-is an event); the first ``plan.ladder_warmup_s`` seconds are left out. Two references are
-measured in the same run, before the ladder:
+Every camera plays a clip of its own (bench/clips.py, ``ladder_clips``): yard_cam.ts rotated so
+that camera ``i`` of ``N`` starts ``i / N`` of the way into it, encoded like the source; so the
+cameras' vehicles, and the detector and recogniser work they bring, come at different moments
+(with one clip in lockstep every camera would offer the same work at the same time, and an
+even share would be equal by construction). A run is the service in its own worker process
+(bench/timeline.py) for ``plan.ladder_step_s`` seconds on N file cameras looping their clips in
+real time (``realtime: true``, sample_fps 5, default ``triton`` settings, the motion gate off so
+that every sampled frame is offered, ``dedup_window_s: 0`` so that every pass of the looping
+clip is an event); the first ``plan.ladder_warmup_s`` seconds are left out. Two references,
+on the clip at offset 0:
 
 * the saturated 1-camera rate: one camera looping the clip as fast as possible
   (``realtime: false``: the decode thread waits for the pipeline, nothing is dropped);
@@ -13,36 +17,54 @@ measured in the same run, before the ladder:
   flight (one camera, ``realtime: false``, ``min_in_flight = max_in_flight =
   max_in_flight_per_camera = 1``).
 
+The runs are interleaved (:func:`schedule`): ``plan.ladder_rounds`` rounds (at least
+:data:`MIN_ROUNDS`), each running both references and every step once, the order rotated from
+round to round, so that drifting load from other processes hits every step alike. A figure's
+numerator and denominator are per-round values (a step against the references of its own
+round): ratio = median / median, the per-round ratios its spread.
+
 Per step (figures ``O<N>-...``): answered frames/s against ``min(offered 5N, saturated)``
 (>= 0.9; below saturation the offered rate is the bound), the per-camera share (answered
 frames of the least-served camera / the most-served, >= 0.8), p99 time at Triton / unloaded
-(<= 2), RSS growth after the warm-up of the service and of Triton's tree (< 5 %), and
-failures; passes whose text (at their last version: a correction replaces what it corrects,
-as ``python -m streamer replay`` counts) is not one of the clip's two plates are counted
-(``O-wrong-text``).
+(<= 2) and, beside it, p99 from capture to answer (``O<N>-capture``: from a frame's decode to
+its result reaching the camera's tracker, so the camera's queue, the wait for a permit and
+Triton; frames dropped or superseded on the way have no answer and are counted apart), RSS
+growth after the warm-up of the service and of Triton's tree (< 5 %), and failures; passes
+whose text (at their last version: a correction replaces what it corrects, as ``python -m
+streamer replay`` counts) is not one of the clip's two plates are counted (``O-wrong-text``).
 """
 
 from __future__ import annotations
 
+import statistics
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bench.clips import TRUE_TEXTS
-from bench.common import Figure, log
+from bench.clips import TRUE_TEXTS, ladder_clips
+from bench.common import log
+from bench.ladder_figures import (  # noqa: F401  (the phases' constants, re-exported)
+    P99_TARGET,
+    RATE_TARGET,
+    RSS_TARGET,
+    SAMPLE_FPS,
+    SHARE_TARGET,
+    bound,
+    ladder_figures,
+    step_figures,
+)
 from bench.service_run import ServiceSpec
 from bench.timeline import logged, run_worker, sample_interval, summarize_run
 
 if TYPE_CHECKING:
     from bench.run_all import Suite
 
-SAMPLE_FPS = 5.0
-RATE_TARGET = 0.9
-SHARE_TARGET = 0.8
-P99_TARGET = 2.0
-RSS_TARGET = 1.05
 #: One frame in flight, whatever the window would grow to: the service time of one frame.
-UNLOADED = {"min_in_flight": 1, "max_in_flight": 1, "max_in_flight_per_camera": 1}
+UNLOADED_WINDOW = {"min_in_flight": 1, "max_in_flight": 1, "max_in_flight_per_camera": 1}
 LOOP_EVENTS = {"dedup_window_s": 0}
+#: The ladder runs every step at least this many times, interleaved.
+MIN_ROUNDS = 3
+SATURATED, UNLOADED = "saturated", "unloaded"
 
 
 def measure(
@@ -84,7 +106,7 @@ def compact(result: dict[str, Any]) -> dict[str, Any]:
     kept = {
         k: v
         for k, v in result.items()
-        if k not in ("timeline", "latencies", "event_log", "event_latency_s")
+        if k not in ("timeline", "latencies", "captures", "event_log", "event_latency_s")
     }
     kept["series"] = [
         {
@@ -100,263 +122,64 @@ def compact(result: dict[str, Any]) -> dict[str, Any]:
     ]
     latencies = result.get("latencies", [])
     kept["latencies_s"] = [[round(t - begin, 2), round(v, 4)] for t, v in latencies]
+    captures = result.get("captures", [])
+    kept["captures_s"] = [[round(t - begin, 2), round(v, 4)] for t, v in captures]
     events = result.get("event_log", [])
     kept["event_list"] = [[round(t - begin, 2), camera, text] for t, camera, text, _ in events]
     return kept
 
 
+def schedule(ladder: Sequence[int], rounds: int) -> list[list[str]]:
+    """The runs of each round (at least :data:`MIN_ROUNDS`): both references and every step
+    once, the order rotated by ``len / rounds`` places from one round to the next."""
+    runs = [SATURATED, UNLOADED, *(str(n) for n in dict.fromkeys(ladder))]
+    rounds = max(MIN_ROUNDS, rounds)
+    return [
+        runs[r * len(runs) // rounds :] + runs[: r * len(runs) // rounds] for r in range(rounds)
+    ]
+
+
 def phase_ladder(suite: Suite) -> None:
     plan = suite.plan
-    clip = suite.source
-    warm = plan.ref_warmup_s
-    log(f"O: saturated 1-camera rate ({plan.ref_s:g} s, as fast as possible)")
-    saturated = measure(
-        suite, "o-saturated", [clip], realtime=False, seconds=plan.ref_s, warmup_s=warm
-    )
-    log(f"O: unloaded service time ({plan.ref_s:g} s, one frame in flight)")
-    unloaded = measure(
-        suite,
-        "o-unloaded",
-        [clip],
-        realtime=False,
-        seconds=plan.ref_s,
-        warmup_s=warm,
-        triton_extra=UNLOADED,
-    )
-    steps = []
-    for n in plan.ladder:
-        log(f"O: {n} real-time camera(s), {plan.ladder_step_s:g} s")
-        steps.append(
-            measure(
-                suite,
-                f"o-{n}",
-                [clip] * n,
-                realtime=True,
-                seconds=plan.ladder_step_s,
-                warmup_s=plan.ladder_warmup_s,
-            )
-        )
-    suite.raw["overload_ladder"] = {"saturated": saturated, "unloaded": unloaded, "steps": steps}
-    suite.figures.extend(ladder_figures(saturated, unloaded, steps))
+    clips = ladder_clips(suite.source, plan.ladder, suite.workdir / "ladder-clips")
+    order = schedule(plan.ladder, plan.ladder_rounds)
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in order[0]}
+    for r, names in enumerate(order):
+        for name in names:
+            log(f"O round {r + 1}/{len(order)}: {name}")
+            if name in (SATURATED, UNLOADED):
+                summary = measure(
+                    suite,
+                    f"o-{name}-{r}",
+                    clips[0],
+                    realtime=False,
+                    seconds=plan.ref_s,
+                    warmup_s=plan.ref_warmup_s,
+                    triton_extra=UNLOADED_WINDOW if name == UNLOADED else None,
+                )
+            else:
+                summary = measure(
+                    suite,
+                    f"o-{name}-{r}",
+                    clips[int(name)],
+                    realtime=True,
+                    seconds=plan.ladder_step_s,
+                    warmup_s=plan.ladder_warmup_s,
+                )
+            summary["round"] = r
+            runs[name].append(summary)
+    suite.raw["overload_ladder"] = {
+        "schedule": order,
+        "clips": {n: [p.name for p in paths] for n, paths in clips.items()},
+        "saturated": runs.pop(SATURATED),
+        "unloaded": runs.pop(UNLOADED),
+        "steps": [runs[str(n)] for n in dict.fromkeys(plan.ladder)],
+    }
+    ladder = suite.raw["overload_ladder"]
+    suite.figures.extend(ladder_figures(ladder["saturated"], ladder["unloaded"], ladder["steps"]))
 
 
-def bound(cameras: int, saturated_fps: float) -> float:
-    """What N real-time cameras at 5 fps can get answered: what they offer, or saturation."""
-    return min(SAMPLE_FPS * cameras, saturated_fps)
-
-
-def _failures(step: dict[str, Any]) -> str:
-    return (
-        f"failed {step['failed']} (deadline: {step['timed_out']} callers timed out, "
-        f"{step['late']} answers late), stream resets {step['resets']}, dropped by the "
-        f"queues {step['dropped']}, superseded {step['superseded']}"
-    )
-
-
-def ladder_figures(
-    saturated: dict[str, Any], unloaded: dict[str, Any], steps: list[dict[str, Any]]
-) -> list[Figure]:
-    """The O figures from the summaries of the reference runs and of the steps."""
-    sat_fps = saturated["answered_fps"]
-    unloaded_s = unloaded["latency_median_s"]
-    figures = [
-        Figure(
-            key="O-saturated",
-            title="reference: saturated 1-camera rate (answered frames/s)",
-            numerator="answered frames/s, 1 camera as fast as possible",
-            denominator="-",
-            unit="frames/s",
-            a=[sat_fps],
-            b=[],
-            target=None,
-            higher_is_better=True,
-            notes=[
-                f"one camera looping the clip, realtime: false, sample_fps {SAMPLE_FPS:g}, "
-                f"default triton settings, motion gating off; {saturated['answered']} frames "
-                f"answered over the "
-                f"{saturated['window_s']:.0f} s after a {saturated['warmup_s']:g} s warm-up; "
-                f"p50 at Triton {_s(saturated['latency_p50_s'])}, in-flight window median "
-                f"{saturated['window_limit_median']}",
-            ],
-        ),
-        Figure(
-            key="O-unloaded",
-            title="reference: unloaded service time (s at Triton, one frame in flight)",
-            numerator="median time at Triton (s)",
-            denominator="-",
-            unit="s",
-            a=[unloaded_s] if unloaded_s is not None else [],
-            b=[],
-            target=None,
-            higher_is_better=False,
-            notes=[
-                "one camera, realtime: false, min_in_flight = max_in_flight = "
-                "max_in_flight_per_camera = 1: every frame finds Triton idle; time at Triton "
-                "= from writing the request to the stream to its answer "
-                f"(PlateRecognizer.latency_observers), {unloaded['latencies']} answers, p99 "
-                f"{_s(unloaded['latency_p99_s'])}; it answered {unloaded['answered_fps']:.2f} "
-                "frames/s",
-            ],
-        ),
-    ]
-    for step in steps:
-        figures.extend(step_figures(step, sat_fps, unloaded_s))
-    wrong = [s["wrong_text_events"] for s in steps]
-    events = [s["events"] for s in steps]
-    figures.append(
-        Figure(
-            key="O-wrong-text",
-            title="ladder: events whose text is not one of the clip's plates",
-            numerator="wrong-text events, all steps",
-            denominator="events, all steps",
-            unit="events",
-            a=[float(sum(wrong))],
-            b=[float(sum(events))],
-            target=None,
-            higher_is_better=False,
-            notes=[
-                f"true plates {', '.join(sorted(TRUE_TEXTS))}; a pass counts with its last "
-                "version (bench/service_run.py's RecordingSink, the rule of "
-                "streamer.cli.replay.latest_versions); "
-                "per step (cameras: wrong / events): "
-                + ", ".join(
-                    f"{s['cameras']}: {w} / {e}"
-                    for s, w, e in zip(steps, wrong, events, strict=True)
-                ),
-                "texts seen: " + ", ".join(sorted({t for s in steps for t in s["event_texts"]})),
-            ],
-            extra={"wrong": wrong, "events": events},
-        )
-    )
-    return figures
-
-
-def step_figures(step: dict[str, Any], sat_fps: float, unloaded_s: float | None) -> list[Figure]:
-    n = step["cameras"]
-    cams = f"{n} camera{'s' if n > 1 else ''}"
-    limit = bound(n, sat_fps)
-    offered = SAMPLE_FPS * n
-    common = (
-        f"{n} file camera(s) looping the clip in real time, sample_fps {SAMPLE_FPS:g}, "
-        f"default triton settings, motion gating off; {step['window_s']:.0f} s measured after a "
-        f"{step['warmup_s']:g} s warm-up"
-    )
-    per_camera = step["answered_per_camera"]
-    counts = sorted(per_camera.values())
-    figures = [
-        Figure(
-            key=f"O{n}-rate",
-            title=f"overload, {cams}: answered frames/s vs min(offered, saturated)",
-            numerator="answered frames/s",
-            denominator="min(offered 5N, saturated rate)",
-            unit="frames/s",
-            a=[step["answered_fps"]],
-            b=[limit],
-            target=RATE_TARGET,
-            higher_is_better=True,
-            notes=[
-                common,
-                f"offered {offered:g} frames/s (queued by the cameras: "
-                f"{step['sampled_fps']:.2f}), saturated 1-camera rate {sat_fps:.2f}: the bound "
-                + (
-                    "is the offered rate (below saturation)"
-                    if offered < sat_fps
-                    else "is saturation"
-                ),
-                _failures(step),
-                f"in-flight window median {step['window_limit_median']}, max "
-                f"{step['window_limit_max']}; events {step['events']}, wrong-text "
-                f"{step['wrong_text_events']}",
-            ],
-            extra={
-                "cameras": n,
-                "offered_fps": offered,
-                "saturated_fps": sat_fps,
-                **{
-                    k: step[k]
-                    for k in (
-                        "failed",
-                        "late",
-                        "timed_out",
-                        "resets",
-                        "dropped",
-                        "window_limit_median",
-                        "events",
-                        "wrong_text_events",
-                    )
-                },
-            },
-        ),
-    ]
-    if n > 1:
-        figures.append(
-            Figure(
-                key=f"O{n}-share",
-                title=f"overload, {cams}: per-camera share, least / most answered",
-                numerator="answered frames, least-served camera",
-                denominator="answered frames, most-served camera",
-                unit="frames",
-                a=[float(counts[0])] if counts else [],
-                b=[float(counts[-1])] if counts else [],
-                target=SHARE_TARGET,
-                higher_is_better=True,
-                notes=[
-                    common,
-                    "answered per camera: " + ", ".join(f"{k} {v}" for k, v in per_camera.items()),
-                ],
-                extra={"answered_per_camera": per_camera},
-            )
-        )
-    p99 = step["latency_p99_s"]
-    figures.append(
-        Figure(
-            key=f"O{n}-p99",
-            title=f"overload, {cams}: p99 time at Triton vs unloaded",
-            numerator="p99 time at Triton (s)",
-            denominator="unloaded median (s)",
-            unit="s",
-            a=[p99] if p99 is not None else [],
-            b=[unloaded_s] if unloaded_s is not None else [],
-            target=P99_TARGET,
-            higher_is_better=False,
-            notes=[
-                common,
-                f"{step['latencies']} answers, p50 {_s(step['latency_p50_s'])}; time at "
-                "Triton = from writing the request to the stream to its answer, late ones "
-                "included (frames waiting for a permit are not at Triton)",
-            ],
-        )
-    )
-    for key, what, start, end in (
-        ("rss", "service RSS", "rss_start_mib", "rss_end_mib"),
-        ("triton-rss", "Triton tree RSS", "triton_rss_start_mib", "triton_rss_end_mib"),
-    ):
-        figures.append(
-            Figure(
-                key=f"O{n}-{key}",
-                title=f"overload, {cams}: {what}, end / after warm-up",
-                numerator="RSS, last 15 % (MiB)",
-                denominator="RSS, first 15 % (MiB)",
-                unit="MiB",
-                a=list(step[end]),
-                b=list(step[start]),
-                target=RSS_TARGET,
-                higher_is_better=False,
-                notes=[
-                    common,
-                    "medians of the samples in the first and the last 15 % of the measured "
-                    "window"
-                    + (
-                        " (the service's own process, a fresh one per step)"
-                        if key == "rss"
-                        else " (tritonserver and its model stubs summed; one server for the "
-                        "whole suite)"
-                    ),
-                ],
-            )
-        )
-    return figures
-
-
-def _s(value: float | None) -> str:
-    return f"{value:.3f} s" if value is not None else "-"
+def saturated_fps(ladder: dict[str, Any]) -> float | None:
+    """The median saturated 1-camera rate over the rounds of a ladder's raw results."""
+    rates = [r["answered_fps"] for r in ladder.get("saturated", [])]
+    return statistics.median(rates) if rates else None

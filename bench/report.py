@@ -54,10 +54,10 @@ PLANS: dict[str, str] = {
         "instead of 1 x 2 (the converter's default since) gave the service 15 % more frames/s."
     ),
     "P2-1": (
-        "With one camera the service keeps 2 frames in flight, so decoding and transfer "
-        "overlap inference; if it is still not faster than the seed client, the service's "
-        "per-frame CPU (see P1) exceeds the seed client's JSON cost. Follow P1's plan; then "
-        "compare both profiles."
+        "With one camera the service keeps 2 frames in flight, and so does the seed client "
+        "(one synchronous request per detector instance), so both use every instance; if the "
+        "service is not faster, its per-frame CPU (see P1) exceeds the seed client's JSON "
+        "cost. Follow P1's plan; then compare both profiles."
     ),
     "P2-4": (
         "With 4 cameras the detector's dynamic batcher merges frames, which on a 2-core CPU "
@@ -130,9 +130,14 @@ def table(figures: Sequence[Figure]) -> str:
         rows.append(
             f"| {f.key} | {f.title} | {numerator} | {denominator} | "
             f"{f'{ratio:.2f}' if ratio is not None else '-'} | {spread} | {target} | "
-            f"**{f.verdict}** |"
+            f"**{f.verdict}**{_checks(f)} |"
         )
     return "\n".join(rows)
+
+
+def _checks(figure: Figure) -> str:
+    """`` (texts differ ...)`` after a verdict that a failed check made a MISS."""
+    return f" ({'; '.join(figure.failed_checks)})" if figure.failed_checks else ""
 
 
 def _breakdown(values: dict[str, float], unit: str = "ms/frame") -> str:
@@ -162,7 +167,7 @@ def document(meta: dict[str, Any], figures: Sequence[Figure], table_md: str) -> 
             f"> **Smoke run (`--quick`)**: 1-second clips, {plan['rounds']} rounds, a "
             f"{plan['soak_minutes']:g}-minute soak, on a "
             "machine shared with other heavy jobs. These figures check that the suite works; "
-            "they are not the measurement. `make bench` (about 40 minutes) gives those.",
+            "they are not the measurement. `make bench` (about 45 minutes) gives those.",
             "",
         ]
     load_start = " ".join(f"{x:g}" for x in meta["loadavg_at_start"])
@@ -250,13 +255,18 @@ def document(meta: dict[str, Any], figures: Sequence[Figure], table_md: str) -> 
                 f"seed client, every {1e3 / service_median:.0f} ms with the service (all "
                 "cameras together)"
             )
+        in_flight = "/".join(
+            str(n) for n in sorted({n for n in f.extra.get("seed_in_flight", []) if n})
+        )
         text += (
-            f". Each seed camera thread spends, per frame, {calls:.0f} ms in its synchronous "
-            f"HTTP calls (the 11 MB FP32 detector input uploaded, inference, outputs as JSON) "
-            f"and {serial:.0f} ms on its own work with nothing at Triton "
-            f"({_breakdown(stages)}). The service keeps 2 frames per camera at Triton, so "
-            "decoding, BGR conversion, the transfer and the BLS's pre/post-processing overlap "
-            "the detector, and its frame period approaches the detector's compute time"
+            f". The seed client keeps {in_flight or 'one per camera'} synchronous requests in "
+            f"flight (enough for every model instance); per frame it spends {calls:.0f} ms in "
+            "its synchronous HTTP calls (the 11 MB FP32 detector input uploaded, inference, "
+            f"outputs as JSON) and {serial:.0f} ms on its own work, decoding included "
+            f"({_breakdown(stages)}; thread time, summed over its threads). The service keeps "
+            "2 frames per camera at Triton, so decoding, the transfer and the "
+            "BLS's pre/post-processing overlap the detector, and its frame period approaches "
+            "the detector's compute time"
         )
         detector = per_process.get("service", {}).get("stub:detector")
         threads = f.extra.get("detector_threads", 1)
@@ -275,13 +285,11 @@ def document(meta: dict[str, Any], figures: Sequence[Figure], table_md: str) -> 
         )
         if instances > 1 and f.key == "P2-1":
             text += (
-                f" The detector runs as {instances} instances of {threads} torch thread(s): "
-                "one request in flight (the seed's design) keeps one instance busy and leaves "
-                "the other idle, so most of this gain is the second instance, which only "
-                "concurrent frames can use; with one 2-thread detector instance (the seed's "
-                "best case) the gain is what pipelining hides of the decode, the transfer and "
-                "the gaps between synchronous calls (build with `--cpu-detector-instances 1 "
-                "--cpu-detector-threads 2` to measure it)."
+                f" The detector runs as {instances} instances of {threads} torch thread(s); "
+                "the seed client has a request for each (its design, one request per camera, "
+                "would leave one idle with one camera, and the gain would be that instance), so "
+                "what the service gains here is what pipelining hides of the decode, the "
+                "transfer, the JSON outputs and the gaps between synchronous calls."
             )
         else:
             text += (
@@ -367,6 +375,8 @@ def document(meta: dict[str, Any], figures: Sequence[Figure], table_md: str) -> 
                 "few runs does not settle it. Rerun before acting on this one.",
                 "",
             ]
+        if f.failed_checks:
+            lines += ["A MISS whatever its ratio: " + "; ".join(f.failed_checks) + ".", ""]
         family = report_capacity.family(f.key)
         commands = PROFILE_COMMANDS.get(f.key) or report_capacity.PROFILE_COMMANDS.get(family, [])
         if commands:
@@ -405,7 +415,7 @@ def document(meta: dict[str, Any], figures: Sequence[Figure], table_md: str) -> 
         "## Reproduce",
         "",
         "```sh",
-        "make bench                                   # = .venv/bin/python -m bench (~40 min)",
+        "make bench                                   # = .venv/bin/python -m bench (~45 min)",
         ".venv/bin/python -m bench --quick            # smoke run, a few minutes",
         ".venv/bin/python -m bench --only P1,P3       # some phases (P1 P2 P3 P4 T R O M C)",
         ".venv/bin/python -m bench --only O --ladder 1,4,32  # another overload ladder",

@@ -8,6 +8,7 @@ step of the ladder).
 from __future__ import annotations
 
 import re
+import statistics
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,11 +18,14 @@ _STEP = re.compile(r"^O\d+-")
 
 
 def family(key: str) -> str:
-    """``O16-p99`` -> ``O-p99``; ``R-openvino`` -> ``R``; other keys are their own family."""
+    """``O16-p99`` -> ``O-p99``; ``R-openvino`` -> ``R``; ``C-mix-kept-up`` -> ``C-kept-up``;
+    other keys are their own family."""
     if _STEP.match(key):
         return _STEP.sub("O-", key)
     if key.startswith("R-"):
         return "R"
+    if key.startswith("C-") and key.endswith("-kept-up"):
+        return "C-kept-up"
     return key
 
 
@@ -35,9 +39,10 @@ def profile_target(figure: Figure, quick: bool) -> tuple[str, ...] | None:
     if family(figure.key) in ("O-rate", "O-share", "O-p99"):
         cameras = _cameras(figure.key)
         return ("service", "--realtime", "--cameras", cameras, "--seconds", seconds)
-    if figure.key == "C-kept-up":
+    if family(figure.key) == "C-kept-up":
         cameras = str(figure.extra.get("cameras", 4))
-        return ("service", "--realtime", "--motion", "--cameras", cameras, "--seconds", seconds)
+        motion = ("--motion",) if figure.extra.get("kind", "mix") == "mix" else ()
+        return ("service", "--realtime", *motion, "--cameras", cameras, "--seconds", seconds)
     return None
 
 
@@ -65,6 +70,7 @@ PROFILE_COMMANDS: dict[str, list[str]] = {
         ".venv/bin/python -m streamer.ingest.motion CLIP",
     ],
     "C-kept-up": [
+        "# the mix (--motion); without it, cameras the gate cannot skip",
         ".venv/bin/python -m bench.profile service --realtime --motion --cameras K --seconds 30",
         ".venv/bin/python -m bench --only O,C --mix-cameras K --no-doc  # fewer cameras",
     ],
@@ -90,8 +96,12 @@ PLANS: dict[str, str] = {
         "machine's). The profile shows the decode threads' share."
     ),
     "O-share": (
+        "The cameras play the clip from different offsets, so at any moment some bring a "
+        "vehicle (more crops for stn and lprnet) and others an empty yard: the share is "
+        "measured, not equal by construction. "
         "Compare each camera's frames queued with its frames answered (raw.overload_ladder "
-        "steps: answered_per_camera, and the cameras' sampled counts): if the queued counts "
+        "steps, round by round: answered_per_camera, and the cameras' sampled counts): if the "
+        "queued counts "
         "already differ, decode threads were starved of CPU and fell behind real time (the "
         "unfairness is upstream of the scheduler: O-rate's plan); if they are equal and the "
         "answers are not, the FairScheduler did not share the window by weight: reproduce "
@@ -105,14 +115,20 @@ PLANS: dict[str, str] = {
         "at the step's window series and latency percentiles (raw.overload_ladder): if the "
         "window stays at 2 and the p50 itself rose with N, each frame takes longer because "
         "the 2 cores are shared with the cameras' decoding (O-rate's plan; no window setting "
-        "replaces it). If the tail comes from pairs of frames that arrive together (cameras "
-        "on the same clock) and are batched onto one single-thread detector instance while "
+        "replaces it). If the tail comes from pairs of frames that arrive together (the "
+        "cameras start together, so their 5 fps ticks line up) and are batched onto one "
+        "single-thread detector instance while "
         "the other idles, build the CPU detector with max_batch_size 1 (batching buys "
         "nothing on one thread; measured once: p99 0.60 s instead of 0.77 s, 2 cameras). "
-        "Probes show as short steps of the window to 3."
+        "Probes show as short steps of the window to 3. The p99 from capture to answer "
+        "(O<N>-capture, beside it) adds what a frame waits before Triton: the camera's "
+        "queue and the wait for a permit; if it grows while time at Triton does not, the "
+        "window is holding frames back to keep Triton's queue short, as designed, and the "
+        "cameras' answers come later: fewer cameras per Triton, or more capacity."
     ),
     "O-rss": (
-        "A step measures 2 minutes after its warm-up; growth over 5 % there may still be the "
+        "Each run of a step measures about 30 s after its warm-up (3 runs, a fresh service "
+        "each); growth over 5 % there may still be the "
         "ramp (decoder frame pools of each camera, the allocator's high-water mark with more "
         "frames in flight). Run the step longer (`--only O --ladder N` with a longer "
         "ladder_step_s) to tell a ramp from a leak, then tracemalloc as for P4 "
@@ -143,9 +159,12 @@ PLANS: dict[str, str] = {
         "reads, lower motion.min_area or threshold."
     ),
     "C-kept-up": (
-        "K cameras were more than this machine serves at this mix: rerun with fewer "
-        "(`--mix-cameras`), or look at when the frames were lost: several cameras' vehicles "
-        "at once is a burst the cameras' queues absorb only by dropping frames."
+        "K cameras were more than this machine serves for this kind of camera. For the mix: "
+        "rerun with fewer (`--mix-cameras`), or look at when the frames were lost: several "
+        "cameras' vehicles at once is a burst the cameras' queues absorb only by dropping "
+        "frames. For cameras the gate cannot skip, K comes from O's saturated rate: if even "
+        "one camera (5 frames/s, every one to the detector) did not keep up, this machine "
+        "serves less than one such camera; O1-rate shows by how much."
     ),
     "R": (
         "A runtime slower than TorchScript here: compare the server CPU per frame (less "
@@ -162,17 +181,20 @@ def sections(by_key: dict[str, Figure], figures: Sequence[Figure]) -> list[str]:
     lines: list[str] = []
     saturated, unloaded = by_key.get("O-saturated"), by_key.get("O-unloaded")
     if saturated is not None:
-        sat = saturated.a[0] if saturated.a else None
-        unl = unloaded.a[0] if unloaded is not None and unloaded.a else None
+        sat = _median(saturated.a)
+        unl = _median(unloaded.a) if unloaded is not None else None
         lines.append(
             f"- **O**, the overload ladder: saturated 1-camera rate {_num(sat)} frames/s, "
-            f"unloaded service time {_num(unl, 3)} s (both measured in this run, before the "
-            "ladder). Below saturation the bound of the answered rate is the offered rate "
+            f"unloaded service time {_num(unl, 3)} s (medians of {len(saturated.a)} rounds; "
+            "both references run once a round, interleaved with the steps). Every camera "
+            "plays the clip from its own offset, so their vehicles come at different moments. "
+            "Below saturation the bound of the answered rate is the offered rate "
             "(N cameras x 5 fps: all of it should be answered); from the step where 5N exceeds "
             "the saturated rate it is that rate, and the ladder shows what overload costs: "
             "with the window keeping Triton's queue short and each camera's queue dropping "
             "its oldest frame, answered frames/s should stay at saturation, shared evenly, at "
-            "a bounded time at Triton. Per step:"
+            "a bounded time at Triton; the p99 from capture to answer adds the camera's queue "
+            "and the wait for a permit. Per step (medians over the rounds):"
         )
         lines += ["", *ladder_rows(list(figures)), ""]
     m = by_key.get("M")
@@ -181,37 +203,54 @@ def sections(by_key: dict[str, Figure], figures: Sequence[Figure]) -> list[str]:
         same = events is not None and events.verdict == "PASS"
         lines.append(
             f"- **M**, motion gating: {_num(m.ratio)} of the detector calls with the gate on "
-            "(a clip that is still most of the time, with no readable plate then); the events "
-            + ("are the same texts" if same else "DIFFER (see M-events)")
+            "(a clip that is still most of the time: the yard with sensor noise in every "
+            "frame, nothing moving, no readable plate); the events "
+            + ("are the same texts" if same else "DIFFER (see M-events): M cannot pass")
             + " with and without it."
         )
-    c = by_key.get("C")
-    if c is not None:
-        x = c.extra
-        if x.get("kept_up"):
-            text = (
-                f"{_num(c.ratio)} cameras per core: {x.get('cameras')} cameras kept "
-                f"{_num(x.get('cores_busy'))} cores busy, "
-                f"{_num(x.get('cpu_ms_per_camera_s'), 0)} CPU ms per camera-second "
-                "(the service process and Triton's tree)"
-            )
-        else:
-            text = f"{x.get('cameras')} cameras did not keep up, so no cameras-per-core figure"
+    parts = [
+        f"{what}: {_cameras_per_core(c)}"
+        for kind, what in C_KINDS.items()
+        if (c := by_key.get(f"C-{kind}")) is not None
+    ]
+    if parts:
         lines.append(
-            f"- **C**, a realistic mix (a vehicle in view 20 % of the time, motion gating on, "
-            f"5 fps): {text}. Cameras per core = cameras / (CPU s used by the whole tree per "
-            "second), measured with every camera answered: how many such cameras a core "
-            "serves; it counts decoding every stream (its reference frames, at 5 of 15 fps), "
-            "which the gate does not save."
+            "- **C**, cameras per core at 5 fps, each kind in a run of its own: "
+            + "; ".join(parts)
+            + ". Cameras per core = cameras / (CPU s used by the whole tree per second), "
+            "measured with every camera answered: how many such cameras a core serves; it "
+            "counts decoding every stream, which the gate does not save. A site's figure lies "
+            "between the two, by how much of the time its cameras see something move."
         )
     runtimes = [f for f in figures if f.key.startswith("R-")]
     if runtimes:
         lines.append(
             "- **R**, CPU runtimes, whole chain through Triton against TorchScript: "
-            + "; ".join(f"{f.key[2:]} {_num(f.ratio)}x" for f in runtimes)
-            + "."
+            + "; ".join(
+                f"{f.key[2:]} {_num(f.ratio)}x"
+                + (" (texts differ: MISS)" if f.failed_checks else "")
+                for f in runtimes
+            )
+            + ". A runtime passes only when it is at least as fast and reads the same texts."
         )
     return lines
+
+
+C_KINDS = {
+    "busy": "a camera the gate cannot skip (every sampled frame to the detector)",
+    "mix": "a realistic mix (a vehicle in view 20 % of the time, motion gating on)",
+}
+
+
+def _cameras_per_core(c: Figure) -> str:
+    x = c.extra
+    if not x.get("kept_up"):
+        return f"{x.get('cameras')} camera(s) did not keep up, so no figure"
+    return (
+        f"{_num(c.ratio)} cameras per core ({x.get('cameras')} cameras kept "
+        f"{_num(x.get('cores_busy'))} cores busy, {_num(x.get('cpu_ms_per_camera_s'), 0)} CPU "
+        "ms per camera-second)"
+    )
 
 
 def ladder_rows(figures: list[Figure]) -> list[str]:
@@ -222,20 +261,23 @@ def ladder_rows(figures: list[Figure]) -> list[str]:
         return []
     rows = [
         "| cameras | offered f/s | answered f/s | bound | share min/max | p99 at Triton / "
-        "unloaded | RSS growth service / Triton | failed / late / timed out | window "
-        "| events (wrong text) |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "unloaded | p99 capture to answer (s) | RSS growth service / Triton | failed / late / "
+        "timed out | window | events (wrong text) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for rate in rates:
         x = rate.extra
         n = x.get("cameras", rate.key[1:].split("-")[0])
         share = by_key.get(f"O{n}-share")
         p99 = by_key.get(f"O{n}-p99")
+        capture = by_key.get(f"O{n}-capture")
         rss, trss = by_key.get(f"O{n}-rss"), by_key.get(f"O{n}-triton-rss")
         rows.append(
-            f"| {n} | {_num(x.get('offered_fps'), 0)} | {_num(rate.a[0] if rate.a else None)} | "
-            f"{_num(rate.b[0] if rate.b else None)} | {_num(share.ratio if share else 1.0)} | "
-            f"{_num(p99.ratio if p99 else None)} | {_num(rss.ratio if rss else None)} / "
+            f"| {n} | {_num(x.get('offered_fps'), 0)} | {_num(_median(rate.a))} | "
+            f"{_num(_median(rate.b))} | {_num(share.ratio if share else 1.0)} | "
+            f"{_num(p99.ratio if p99 else None)} | "
+            f"{_num(_median(capture.a) if capture else None)} | "
+            f"{_num(rss.ratio if rss else None)} / "
             f"{_num(trss.ratio if trss else None)} | {x.get('failed', '-')} / "
             f"{x.get('late', '-')} / {x.get('timed_out', '-')} | "
             f"{x.get('window_limit_median', '-')} | {x.get('events', '-')} "
@@ -251,13 +293,18 @@ def reproduce(full: dict[str, Any]) -> str:
     ladder = ", ".join(str(n) for n in full.get("ladder", ()))
     return (
         f"O runs {ladder} real-time cameras for {full.get('ladder_step_s', 0):g} s each "
-        f"({full.get('ladder_warmup_s', 0):g} s warm-up left out) after two "
-        f"{full.get('ref_s', 0):g} s reference runs, each in a worker process "
+        f"({full.get('ladder_warmup_s', 0):g} s warm-up left out) and two "
+        f"{full.get('ref_s', 0):g} s reference runs, {full.get('ladder_rounds', 1)} rounds, "
+        "the order rotated each round, each run in a worker process "
         f"(`python -m bench.service_run --sample-every`); M plays a clip with "
         f"{full.get('motion_still_s', 0):g} s still stretches {full.get('motion_rounds')} "
-        f"times each way; C runs {full.get('mix_s', 0):g} s; R is bench/runtimes.py's "
-        "`suite_rows`, which serves each runtime from a Triton of its own."
+        f"times each way; C runs {full.get('mix_s', 0):g} s for each kind of camera; R is "
+        "bench/runtimes.py's `suite_rows`, which serves each runtime from a Triton of its own."
     )
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
 
 
 def _num(value: float | None, digits: int = 2) -> str:

@@ -9,22 +9,22 @@ both sides alike); ratio = median / median, with each side's median, min-max and
   PyAV + the three TorchScript models with torch, 2 threads, in the Triton models' Python
   environment) on the same frames. Target >= 0.90.
 * P2 against the seed's design (``bench/seed_client.py``: synchronous ``tritonclient.http``
-  calls per frame to the same Triton's callee models, JSON outputs, one request in flight per
-  camera), 1 and 4 cameras. Target >= 1.0 on this CPU.
+  calls per frame to the same Triton's callee models, JSON outputs, a request in flight for
+  every model instance), 1 and 4 cameras. Target >= 1.0 on this CPU.
 * P3 ingest cost: CPU s per decoded 1080p frame of ``CameraSource`` (sample_fps 5, drained
   queue) against ``ffmpeg -i FILE -f null -`` on the same file. Target <= 1.2.
 * P4 soak: 4 cameras for ``--soak-minutes``; service RSS growth (< 5 %), plot, frame-to-event
   latency p50/p99.
 * T transport variants: measured when ``TritonConfig`` offers a ``*transport*`` choice.
 * R runtimes (bench/runtime_rows.py): TorchScript vs OpenVINO fp32/bf16, whole-chain frames/s,
-  through ``bench.runtimes.suite_rows`` when that exists. Target >= 1.0.
-* O overload ladder (bench/capacity.py): 1, 2, 4, 8, 16 real-time cameras, a worker process
-  per step; answered frames/s >= 0.9 x min(offered, saturated 1-camera rate), per-camera
-  share >= 0.8, p99 time at Triton <= 2 x unloaded, RSS growth < 5 %, wrong-text events.
-* M motion gating (bench/motion_gate.py): a clip with long still stretches, gated and not;
-  detector calls <= 0.30 x, identical event texts.
-* C cameras per core (bench/camera_mix.py): a realistic mix, motion gating on; cameras /
-  CPU cores busy when every camera kept up.
+  through ``bench.runtimes.suite_rows`` when that exists. Target >= 1.0 with the same texts.
+* O overload ladder (bench/capacity.py): 1-16 real-time cameras, each from its own offset in
+  the clip, runs interleaved over 3 rounds; answered frames/s >= 0.9 x min(offered, saturated),
+  share >= 0.8, p99 at Triton <= 2 x unloaded, p99 capture to answer, RSS < 5 %, wrong texts.
+* M motion gating (bench/motion_gate.py): a clip with long stretches of real stillness (sensor
+  noise, nothing moving), gated and not; detector calls <= 0.30 x with identical event texts.
+* C cameras per core (bench/camera_mix.py): cameras / CPU cores busy, every camera kept up;
+  cameras the gate cannot skip and a realistic mix (gating on), each in a run of its own.
 
 Writes ``bench/results/<stamp>.json`` (raw: every run), ``docs/PERFORMANCE-soak-rss.png``,
 ``docs/PERFORMANCE.md`` (the table) and ``docs/PERFORMANCE.json`` (the raw results behind it,
@@ -89,8 +89,8 @@ SOAK_RESERVE_S = 45.0
 
 @dataclass
 class Plan:
-    """How big each phase is. The full plan fits ``make bench`` in about 40 minutes on 2 cores
-    (P1-P4 about 17, O 14, M 2, C 3, R about 5)."""
+    """How big each phase is. The full plan fits ``make bench`` in about 45 minutes on 2 cores
+    (P1-P4 about 17, O 16, M 2, C 5, R about 5)."""
 
     quick: bool
     rounds: int
@@ -107,16 +107,17 @@ class Plan:
     transport_rounds: int
     budget_s: float | None  # the whole run; the soak is shortened to keep within it
     ladder: tuple[int, ...] = (1, 2, 4, 8, 16)  # O: cameras per step
-    ladder_step_s: float = 140.0  # O: each step's run, warm-up included
-    ladder_warmup_s: float = 30.0
-    ref_s: float = 45.0  # O: each reference run (saturated rate, unloaded service time)
-    ref_warmup_s: float = 10.0
+    ladder_rounds: int = 3  # O: every step and reference once a round, interleaved (>= 3)
+    ladder_step_s: float = 45.0  # O: each step's run, warm-up included
+    ladder_warmup_s: float = 15.0
+    ref_s: float = 24.0  # O: each reference run (saturated rate, unloaded service time)
+    ref_warmup_s: float = 8.0
     motion_still_s: float = 20.0  # M: still before and after the clip
     motion_rounds: int = 2
     mix_cameras: int = 0  # C: 0 = sized from O's saturated rate
     mix_still_s: int = 32  # C: still seconds per 40 s period (vehicle in view 20 %)
-    mix_s: float = 150.0
-    mix_warmup_s: float = 30.0
+    mix_s: float = 110.0  # C: each of its two runs (cameras the gate cannot skip, the mix)
+    mix_warmup_s: float = 25.0
 
 
 def make_plan(args: argparse.Namespace) -> Plan:
@@ -161,7 +162,7 @@ def make_plan(args: argparse.Namespace) -> Plan:
             p3_sample_fps=5.0,
             soak_minutes=10.0,
             transport_rounds=3,
-            budget_s=45 * 60,
+            budget_s=50 * 60,
         )
     if args.soak_minutes is not None:
         plan.soak_minutes = args.soak_minutes
@@ -467,12 +468,11 @@ class Suite:
                 "sync HTTP client cannot call it. Emulated: per frame, synchronous "
                 "tritonclient.http infer to detector, then stn and lprnet of the same Triton, "
                 "pre/post-processing in the client (plate_ops), outputs as JSON "
-                "(binary_data=False), one request in flight"
-                + (
-                    f" per camera (one thread and client per camera, {cameras} cameras)"
-                    if cameras > 1
-                    else ""
-                ),
+                f"(binary_data=False); {seed[0].get('in_flight') if seed else '?'} requests "
+                f"in flight in all, so that every instance ({self.params.describe()}) has work: "
+                "each camera's decode thread hands its frames to worker threads of its own, "
+                "each with its own synchronous client (bench/seed_client.py's seed_workers; "
+                "the seed itself kept one per camera, which leaves an instance idle)",
                 "GPU target (>= 3x, batching across cameras) is measured by bench/gpu/, not here",
             ],
             extra={
@@ -496,6 +496,7 @@ class Suite:
                 },
                 "detector_threads": self.params.torch_threads.get("detector", 1),
                 "detector_instances": self.params.instances.get("detector", 1),
+                "seed_in_flight": [r.get("in_flight") for r in seed],
                 "frames": {
                     "service": [r["frames"] for r in service],
                     "seed": [r["frames"] for r in seed],
@@ -946,7 +947,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--budget-minutes",
         type=float,
-        help="whole-run budget the soak is shortened to fit (default 45; --quick or 0: none)",
+        help="whole-run budget the soak is shortened to fit (default 50; --quick or 0: none)",
     )
     parser.add_argument("--doc", type=Path, default=DOC, help="the table (default %(default)s)")
     parser.add_argument("--no-doc", action="store_true", help="write the JSON only")

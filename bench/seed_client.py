@@ -5,13 +5,21 @@ synchronous ``tritonclient.http`` client, one frame at a time. Ours is decoupled
 streaming only), so the seed's design is emulated against the same server's callee models:
 per frame, synchronous ``tritonclient.http`` ``infer`` calls to ``detector``, then ``stn`` and
 ``lprnet``, the pre/post-processing (``plate_ops``: letterbox, head decode, NMS, crops, CTC) in
-the client, outputs requested as JSON (``binary_data=False``), inputs as binary tensors, one
-request in flight per camera. Several cameras: one thread per camera, each with its own client
-(so N cameras have N requests in flight, one each).
+the client, outputs requested as JSON (``binary_data=False``), inputs as binary tensors.
+
+The seed sent one request in flight per camera, which on a Triton with two detector instances
+leaves one of them idle whenever there are fewer cameras than instances: a baseline that
+cannot use the server it is compared on. So the emulation keeps at least one request in flight
+per instance (:func:`seed_workers`): each camera's decode thread hands its sampled frames to
+``workers`` threads of its own, each with its own synchronous client (1 camera, 2 instances:
+2 workers, 2 requests in flight; 4 cameras: one each, 4 in flight). Each call stays
+synchronous, as the seed's.
 """
 
 from __future__ import annotations
 
+import math
+import queue
 import threading
 import time
 from collections import defaultdict
@@ -39,6 +47,7 @@ class SeedCamera:
     texts: set[str] = field(default_factory=set)
     stage_s: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     error: str | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
 
 class SeedClient:
@@ -126,10 +135,49 @@ def warm_triton(
     return time.perf_counter() - started
 
 
-def _camera(
-    url: str, params: PipelineParams, clip: Path, sample_fps: float, out: SeedCamera
+def seed_workers(params: PipelineParams, cameras: int) -> int:
+    """Worker threads per camera so that every instance of every callee can have a request:
+    ``ceil(most instances of a callee / cameras)``, at least 1."""
+    instances = max(params.instances.values(), default=1)
+    return max(1, math.ceil(instances / max(1, cameras)))
+
+
+def _worker(
+    url: str, params: PipelineParams, images: queue.Queue[np.ndarray | None], out: SeedCamera
 ) -> None:
+    """Synchronous recognition of the images a camera hands over, until it hands ``None``."""
     client = SeedClient(url, params)
+    stage_s: dict[str, float] = defaultdict(float)
+    try:
+        while (image := images.get()) is not None:
+            if out.error is not None:
+                continue  # drain: the camera stops at the next frame
+            try:
+                texts = client.recognise(image, stage_s)
+            except Exception as exc:  # reported, and the run counts as failed
+                out.error = f"{type(exc).__name__}: {exc}"
+                continue
+            with out.lock:
+                out.frames += 1
+                out.plates += len(texts)
+                out.texts.update(texts)
+    finally:
+        client.close()
+        with out.lock:
+            for key, value in stage_s.items():
+                out.stage_s[key] += value
+
+
+def _camera(
+    url: str, params: PipelineParams, clip: Path, sample_fps: float, out: SeedCamera, workers: int
+) -> None:
+    images: queue.Queue[np.ndarray | None] = queue.Queue(maxsize=workers)
+    threads = [
+        threading.Thread(target=_worker, args=(url, params, images, out), daemon=True)
+        for _ in range(workers)
+    ]
+    for thread in threads:
+        thread.start()
     period = 1.0 / sample_fps
     tolerance = min(1e-3, period / 10)
     next_slot: float | None = None
@@ -138,7 +186,7 @@ def _camera(
             stream = container.streams.video[0]
             stream.thread_type = "AUTO"
             frames = container.decode(stream)
-            while True:
+            while out.error is None:
                 started = time.perf_counter()
                 frame = next(frames, None)
                 if frame is None:
@@ -151,26 +199,33 @@ def _camera(
                 slot = t if next_slot is None else next_slot
                 next_slot = slot + period if slot + period > t else t + period
                 image = frame.to_ndarray(format="bgr24")
-                out.stage_s["decode_convert"] += time.perf_counter() - started
-                texts = client.recognise(image, out.stage_s)
-                out.frames += 1
-                out.plates += len(texts)
-                out.texts.update(texts)
+                with out.lock:
+                    out.stage_s["decode_convert"] += time.perf_counter() - started
+                images.put(image)  # waits while every worker has a request in flight
     except Exception as exc:  # reported, and the run counts as failed
         out.error = f"{type(exc).__name__}: {exc}"
     finally:
-        client.close()
+        for _ in threads:
+            images.put(None)
+        for thread in threads:
+            thread.join()
 
 
 def run_seed(
-    http_url: str, params: PipelineParams, clips: list[Path], sample_fps: float
+    http_url: str,
+    params: PipelineParams,
+    clips: list[Path],
+    sample_fps: float,
+    workers: int | None = None,
 ) -> dict[str, Any]:
-    """All ``clips`` (one camera each) through the seed-style client; frames/s over all."""
+    """All ``clips`` (one camera each) through the seed-style client; frames/s over all.
+    ``workers`` per camera: by default :func:`seed_workers` (every instance used)."""
+    per_camera = workers or seed_workers(params, len(clips))
     cameras = [SeedCamera() for _ in clips]
     threads = [
         threading.Thread(
             target=_camera,
-            args=(http_url, params, clip, sample_fps, cam),
+            args=(http_url, params, clip, sample_fps, cam, per_camera),
             name=f"seed-{i}",
             daemon=True,  # an interrupted bench must not wait for them
         )
@@ -197,4 +252,6 @@ def run_seed(
         "distinct_texts": len(set().union(*(c.texts for c in cameras))),
         "stage_ms_per_frame": {k: 1e3 * v / frames for k, v in stage_s.items()} if frames else {},
         "errors": errors,
+        "workers_per_camera": per_camera,
+        "in_flight": per_camera * len(clips),
     }

@@ -15,8 +15,11 @@ same clock in every process) and the frame-to-event latency of every event publi
 the stop to ``OUT``. With ``--sample-every T [--triton-pid PID]`` (the capacity phases,
 bench/capacity.py) it also keeps a timeline: every ``T`` seconds each camera's counters, the
 in-flight window, the recognizer's stats, its own RSS and CPU and those of Triton's process
-tree; every answer's time at Triton (``PlateRecognizer.latency_observers``) and every event's
-camera and text, each with its ``time.monotonic()``.
+tree; every answer's time at Triton (``PlateRecognizer.latency_observers``), every answer's
+time from capture to answer (``captures``: from the frame's decode, ``Frame.monotonic``, to its
+result reaching the camera's tracker, the service's ``on_result`` hook: queueing, the wait for
+a permit, Triton and the in-order hand-over included) and every event's camera and text, each
+with its ``time.monotonic()``.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from bench.common import cpu_delta, self_cpu_s, tree_cpu_by_label, tree_rss_by_l
 from streamer.app import Service
 from streamer.config import CameraConfig, Settings, load_config
 from streamer.delivery.events import PlateEvent
+from streamer.domain.frames import FrameResult
 
 SERVICE_LOG_LEVEL = logging.WARNING
 TRACEMALLOC_FRAMES = 8
@@ -286,6 +290,18 @@ async def _sample_timeline(
         await asyncio.sleep(every_s)
 
 
+class CaptureClock:
+    """The service's ``on_result`` hook: ``(time.monotonic(), seconds since the frame was
+    decoded)`` of every answered frame, as its result reaches the camera's tracker."""
+
+    def __init__(self) -> None:
+        self.answers: list[tuple[float, float]] = []
+
+    def __call__(self, result: FrameResult) -> None:
+        now = time.monotonic()
+        self.answers.append((now, now - result.frame.monotonic))
+
+
 async def _observe_latency(service: Service, latencies: list[tuple[float, float]]) -> None:
     """Record every answer's time at Triton, once the service has made its recognizer.
 
@@ -323,9 +339,15 @@ def main(argv: list[str] | None = None) -> int:
         tracemalloc.start(TRACEMALLOC_FRAMES)
     timeline: list[dict[str, Any]] = []
     latencies: list[tuple[float, float]] = []
+    captures = CaptureClock()
 
     async def run() -> dict[str, Any]:
-        service = Service(settings, once=False, extra_sinks=[recorder])
+        service = Service(
+            settings,
+            once=False,
+            extra_sinks=[recorder],
+            on_result=captures if args.sample_every > 0 else None,
+        )
         started = time.monotonic()
         if args.tracemalloc:
             asyncio.get_running_loop().call_later(
@@ -370,6 +392,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.sample_every > 0:
         result["timeline"] = timeline
         result["latencies"] = latencies
+        result["captures"] = captures.answers
         columns = (recorder.published_at, recorder.cameras, recorder.texts, recorder.reasons)
         result["event_log"] = list(zip(*columns, strict=True))
     if len(snapshots) == 2:

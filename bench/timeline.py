@@ -3,7 +3,7 @@
 :func:`run_worker` starts ``python -m bench.service_run --sample-every T`` (the service in its
 own process, so that its RSS and CPU are its own) against the suite's Triton and returns the
 worker's JSON: counters, a timeline of samples (``t`` in ``time.monotonic()``, the same clock
-in every process), every answer's time at Triton and every event.
+in every process), every answer's time at Triton and from capture to answer, and every event.
 
 The rest are pure functions of that JSON (tested on recorded results): a *window* is the part
 of the run after its warm-up, from the first sample at or after ``started + warmup_s`` to the
@@ -138,6 +138,11 @@ def latencies_in(result: dict[str, Any], win: Window) -> list[float]:
     return [float(s) for t, s in result.get("latencies", []) if win.contains(t)]
 
 
+def captures_in(result: dict[str, Any], win: Window) -> list[float]:
+    """Times from capture to answer (s) of the answers that came inside the window."""
+    return [float(s) for t, s in result.get("captures", []) if win.contains(t)]
+
+
 def events_in(result: dict[str, Any], win: Window) -> list[tuple[str, str]]:
     """``(camera, text)`` of the events published inside the window."""
     return [(camera, text) for t, camera, text, _ in result.get("event_log", []) if win.contains(t)]
@@ -159,6 +164,7 @@ def summarize_run(
     answered = win.per_camera("answered")
     span = win.span_s
     latencies = latencies_in(result, win)
+    captures = captures_in(result, win)
     events = events_in(result, win)
     rss_start, rss_end = rss_edges(result, win, "rss_mib")
     triton_start, triton_end = rss_edges(result, win, "triton_rss_mib")
@@ -190,6 +196,9 @@ def summarize_run(
         "latency_p99_s": percentile(latencies, 99),
         "latency_median_s": statistics.median(latencies) if latencies else None,
         "latencies": len(latencies),
+        "capture_p50_s": percentile(captures, 50),
+        "capture_p99_s": percentile(captures, 99),
+        "captures": len(captures),
         "events": len(events),
         "event_texts": sorted({text for _, text in events}),
         "wrong_text_events": sum(1 for _, text in events if text not in true_texts),
@@ -207,11 +216,13 @@ def summarize_run(
 
 def describe(summary: dict[str, Any]) -> str:
     """One log line about a summarised run."""
-    p99 = summary["latency_p99_s"]
+    p99, capture = summary["latency_p99_s"], summary.get("capture_p99_s")
     return (
         f"{summary['cameras']} camera(s): {summary['answered_fps']:.2f} answered frames/s over "
         f"{summary['window_s']:.0f} s, p99 at Triton "
         + (f"{p99:.2f} s" if p99 is not None else "-")
+        + ", p99 capture to answer "
+        + (f"{capture:.2f} s" if capture is not None else "-")
         + f", failed {summary['failed']}, events {summary['events']}"
     )
 

@@ -8,14 +8,26 @@ exactly. A real run is in test_capacity_run.py.
 from __future__ import annotations
 
 import json
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from bench import camera_mix, capacity, motion_gate, report, report_capacity, run_all, runtime_rows
+from bench import (
+    camera_mix,
+    capacity,
+    clips,
+    motion_gate,
+    report,
+    report_capacity,
+    run_all,
+    runtime_rows,
+    seed_client,
+)
 from bench.clips import TRUE_TEXTS
-from bench.common import Figure
+from bench.common import Figure, source_clip
 from bench.service_run import ServiceSpec, write_config
 from bench.timeline import COUNTERS, summarize_run, window
 
@@ -32,6 +44,7 @@ def worker_result(
     events: list[tuple[float, str, str]] | None = None,
     skipped: float = 0.0,
     lost: float = 0.0,
+    captures: list[tuple[float, float]] | None = None,
 ) -> dict[str, Any]:
     """A worker's JSON: one sample a second; camera i answers ``rates[i]`` frames a second."""
     rates = rates or [5.0] * cameras
@@ -67,6 +80,7 @@ def worker_result(
         "latencies": latencies
         if latencies is not None
         else [(START + 5 + i, 0.3) for i in range(10)],
+        "captures": captures if captures is not None else [],
         "event_log": [(t, c, text, "track_end") for t, c, text in events or []],
         "camera_errors": [],
     }
@@ -103,27 +117,35 @@ def test_a_run_summary_counts_only_what_happened_after_the_warm_up() -> None:
     assert summary["rss_end_mib"] == [518.0, 519.0, 520.0]
 
 
-def _step(cameras: int, fps: float, per_camera: list[int], p99: float) -> dict[str, Any]:
+def _step(
+    cameras: int, fps: float, per_camera: list[int], p99: float, round_: int = 0
+) -> dict[str, Any]:
     rates = [n / 15 for n in per_camera]
     latencies = [(START + 6 + i * 0.1, p99) for i in range(5)]
-    summary = summarize_run(
-        worker_result(cameras=cameras, rates=rates, latencies=latencies), 5, TRUE_TEXTS
-    )
+    captures = [(START + 6 + i * 0.1, p99 + 0.5) for i in range(5)]
+    result = worker_result(cameras=cameras, rates=rates, latencies=latencies, captures=captures)
+    summary = summarize_run(result, 5, TRUE_TEXTS)
     assert summary["answered_fps"] == pytest.approx(fps, rel=0.05)
+    summary["round"] = round_
     return summary
 
 
-def _ladder() -> tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]]]:
-    saturated = summarize_run(worker_result(cameras=1, rates=[6.0]), 5, TRUE_TEXTS)
-    unloaded = summarize_run(
-        worker_result(cameras=1, rates=[3.0], latencies=[(START + 6, 0.25), (START + 7, 0.35)]),
-        5,
-        TRUE_TEXTS,
-    )
+def _reference(rate: float, latencies: list[tuple[float, float]] | None, round_: int) -> Any:
+    result = worker_result(cameras=1, rates=[rate], latencies=latencies)
+    return summarize_run(result, 5, TRUE_TEXTS) | {"round": round_}
+
+
+def _ladder(rounds: int = 3) -> tuple[list[Any], list[Any], list[list[dict[str, Any]]]]:
+    """Per-round summaries: the references and three steps, ``rounds`` rounds alike."""
+    saturated = [_reference(6.0, None, r) for r in range(rounds)]
+    unloaded = [_reference(3.0, [(START + 6, 0.25), (START + 7, 0.35)], r) for r in range(rounds)]
     steps = [
-        _step(1, 5.0, [75], 0.5),  # below saturation: all 5 offered frames/s answered
-        _step(2, 6.0, [45, 45], 0.9),  # saturated, even, p99 3x the unloaded 0.3 s
-        _step(4, 4.0, [30, 15, 8, 7], 0.4),  # below 0.9 x saturation, uneven
+        # below saturation: all 5 offered frames/s answered
+        [_step(1, 5.0, [75], 0.5, r) for r in range(rounds)],
+        # saturated, even, p99 3x the unloaded 0.3 s
+        [_step(2, 6.0, [45, 45], 0.9, r) for r in range(rounds)],
+        # below 0.9 x saturation, uneven
+        [_step(4, 4.0, [30, 15, 8, 7], 0.4, r) for r in range(rounds)],
     ]
     return saturated, unloaded, steps
 
@@ -132,15 +154,16 @@ def test_the_ladder_bound_is_the_offered_rate_below_saturation_and_saturation_ab
     assert capacity.bound(1, 6.0) == 5.0
     assert capacity.bound(2, 6.0) == 6.0
     figures = {f.key: f for f in capacity.ladder_figures(*_ladder())}
-    assert figures["O-saturated"].a == [pytest.approx(6.0)]
-    assert figures["O-unloaded"].a == [pytest.approx(0.3)]
-    assert figures["O1-rate"].b == [5.0] and figures["O1-rate"].verdict == "PASS"
-    assert figures["O2-rate"].b == [pytest.approx(6.0)] and figures["O2-rate"].verdict == "PASS"
+    assert figures["O-saturated"].a == [pytest.approx(6.0)] * 3
+    assert figures["O-unloaded"].a == [pytest.approx(0.3)] * 3
+    assert figures["O1-rate"].b == [5.0] * 3 and figures["O1-rate"].verdict == "PASS"
+    assert figures["O2-rate"].b == [pytest.approx(6.0)] * 3
+    assert figures["O2-rate"].verdict == "PASS"
     assert figures["O4-rate"].ratio == pytest.approx(4.0 / 6.0, rel=0.05)
     assert figures["O4-rate"].verdict == "MISS"
     assert "O1-share" not in figures  # one camera has no share
     assert figures["O2-share"].verdict == "PASS"
-    assert figures["O4-share"].a == [7.0] and figures["O4-share"].b == [30.0]
+    assert figures["O4-share"].a == [7.0] * 3 and figures["O4-share"].b == [30.0] * 3
     assert figures["O4-share"].verdict == "MISS"
     assert figures["O1-p99"].verdict == "PASS"
     assert figures["O2-p99"].ratio == pytest.approx(3.0)
@@ -151,9 +174,67 @@ def test_the_ladder_bound_is_the_offered_rate_below_saturation_and_saturation_ab
         assert Figure.from_dict(json.loads(json.dumps(figure.as_dict()))).verdict == figure.verdict
 
 
+def test_each_step_is_measured_against_the_references_of_its_own_round() -> None:
+    saturated, unloaded, steps = _ladder()
+    saturated[1] = _reference(3.0, None, 1)  # round 2 ran while the machine was busier
+    figures = {f.key: f for f in capacity.ladder_figures(saturated, unloaded, steps)}
+    # round 2's bound is its own saturated rate, the others' theirs
+    assert figures["O2-rate"].b == [pytest.approx(6.0), pytest.approx(3.0), pytest.approx(6.0)]
+    assert figures["O2-rate"].round_ratios == pytest.approx([1.0, 2.0, 1.0], rel=0.05)
+
+
+def test_the_ladder_reports_p99_from_capture_to_answer_beside_time_at_triton() -> None:
+    saturated, unloaded, steps = _ladder()
+    assert steps[1][0]["capture_p99_s"] == pytest.approx(1.4)  # 0.9 at Triton + 0.5 before
+    figures = {f.key: f for f in capacity.ladder_figures(saturated, unloaded, steps)}
+    capture = figures["O2-capture"]
+    assert capture.a == [pytest.approx(1.4)] * 3 and capture.verdict == "info"
+    assert figures["O2-p99"].a == [pytest.approx(0.9)] * 3
+    doc = report.document(_meta(), list(figures.values()), "")
+    row = next(line for line in doc.splitlines() if line.startswith("| 2 | 10 |"))
+    cells = [c.strip() for c in row.split("|")]
+    header = next(line for line in doc.splitlines() if line.startswith("| cameras |"))
+    column = [c.strip() for c in header.split("|")].index("p99 capture to answer (s)")
+    assert cells[column] == "1.40"
+
+
+def test_the_ladder_interleaves_its_steps_over_at_least_three_rounds() -> None:
+    ladder = (1, 2, 4, 8, 16)
+    rounds = capacity.schedule(ladder, 1)  # fewer asked: the minimum
+    assert len(rounds) == capacity.MIN_ROUNDS == 3
+    runs = {"saturated", "unloaded", "1", "2", "4", "8", "16"}
+    for order in rounds:  # every round runs every step and both references once
+        assert sorted(order) == sorted(runs) and len(order) == len(runs)
+    # interleaved: the order changes from round to round, no run keeps its place
+    assert len({tuple(order) for order in rounds}) == 3
+    for name in runs:
+        assert len({order.index(name) for order in rounds}) == 3
+    assert len(capacity.schedule(ladder, 5)) == 5
+
+
+def test_every_camera_of_a_step_plays_the_clip_from_a_different_offset(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    assert clips.offsets(120, 16) == sorted(set(clips.offsets(120, 16)))  # all different
+    assert clips.offsets(120, 2) == [0, 60]
+    made: list[int] = []
+
+    def rotated(source: Path, offset: int, out: Path) -> Path:
+        made.append(offset)
+        return out
+
+    monkeypatch.setattr(clips, "count_frames", lambda path: 120)
+    monkeypatch.setattr(clips, "rotated_clip", rotated)
+    by_step = clips.ladder_clips(Path("yard.ts"), (1, 2, 4), tmp_path)
+    for n in (1, 2, 4):
+        assert len(by_step[n]) == n and len(set(by_step[n])) == n
+    assert by_step[0] == by_step[1] == [tmp_path / "o-offset-0.ts"]  # the references' clip
+    assert sorted(made) == [0, 30, 60, 90]  # each offset encoded once, whichever step uses it
+
+
 def test_rss_growth_over_five_percent_misses() -> None:
-    step = summarize_run(worker_result(cameras=1, rss_step=5.0), 5, TRUE_TEXTS)
-    rss = next(f for f in capacity.step_figures(step, 6.0, 0.3) if f.key == "O1-rss")
+    step = summarize_run(worker_result(cameras=1, rss_step=5.0), 5, TRUE_TEXTS) | {"round": 0}
+    rss = next(f for f in capacity.step_figures([step], [6.0], [0.3]) if f.key == "O1-rss")
     assert rss.ratio == pytest.approx(((500 + 5 * 19) / (500 + 5 * 6)), rel=0.01)
     assert rss.verdict == "MISS"
 
@@ -162,13 +243,18 @@ def test_a_missed_ladder_step_gets_its_familys_profile_and_plan() -> None:
     figures = capacity.ladder_figures(*_ladder())
     assert report_capacity.family("O16-triton-rss") == "O-triton-rss"
     assert report_capacity.family("R-openvino-bf16") == "R"
+    assert report_capacity.family("C-busy-kept-up") == "C-kept-up"
     assert report_capacity.family("P1") == "P1"
     miss = next(f for f in figures if f.key == "O4-rate")
     target = report_capacity.profile_target(miss, quick=False)
     assert target == ("service", "--realtime", "--cameras", "4", "--seconds", "30")
-    kept_up = next(f for f in camera_mix.mix_figures(_mix_summary(3, 1.0)) if f.key == "C-kept-up")
-    assert report_capacity.profile_target(kept_up, quick=True) == (
+    mix = {f.key: f for f in camera_mix.mix_figures(_mix_summary(3, 1.0))}
+    assert report_capacity.profile_target(mix["C-mix-kept-up"], quick=True) == (
         *("service", "--realtime", "--motion", "--cameras", "3", "--seconds", "10"),
+    )
+    busy = {f.key: f for f in camera_mix.mix_figures(_mix_summary(1, 1.0, kind="busy"))}
+    assert report_capacity.profile_target(busy["C-busy-kept-up"], quick=True) == (
+        *("service", "--realtime", "--cameras", "1", "--seconds", "10"),
     )
     assert report_capacity.profile_target(figures[0], quick=False) is None  # O-saturated
     doc = report.document(_meta(), figures, report.table(figures))
@@ -203,11 +289,11 @@ def _meta(quick: bool = False) -> dict[str, Any]:
 
 
 def test_the_document_describes_every_capacity_phase() -> None:
-    mix = _mix_summary(cameras=3, lost=0.0)
     figures = [
         *capacity.ladder_figures(*_ladder()),
         *motion_gate.motion_figures(_motion_runs(["A", "B"], ["A", "B"]), 720, 20),
-        *camera_mix.mix_figures(mix),
+        *camera_mix.mix_figures(_mix_summary(cameras=1, lost=0.0, kind="busy")),
+        *camera_mix.mix_figures(_mix_summary(cameras=3, lost=0.0)),
         *runtime_rows.runtime_figures(_runtime_rows()),
     ]
     doc = report.document(_meta(), figures, report.table(figures))
@@ -215,11 +301,15 @@ def test_the_document_describes_every_capacity_phase() -> None:
     assert "- **O**, the overload ladder: saturated 1-camera rate 6.00" in notes
     assert "- **M**, motion gating: 0.20 of the detector calls" in notes
     assert "are the same texts" in notes
-    assert "- **C**" in notes and "cameras per core" in notes
+    # cameras per core, each kind of camera apart: 1 busy camera on 1.5 cores, 3 mixed ones
+    assert "a camera the gate cannot skip (every sampled frame to the detector): 0.67" in notes
+    assert "a realistic mix (a vehicle in view 20 % of the time, motion gating on): 2.00" in notes
     assert "- **R**" in notes and "openvino 1.50x" in notes
-    assert "(~40 min)" in doc and "O runs 1, 2, 4, 8, 16 real-time cameras" in doc
+    assert "openvino-bf16 0.75x (texts differ: MISS)" in notes
+    assert "(~45 min)" in doc and "O runs 1, 2, 4, 8, 16 real-time cameras" in doc
+    assert "3 rounds, the order rotated each round" in doc
     quick = report.document(_meta(quick=True), figures, report.table(figures))
-    assert "about 40 minutes" in quick
+    assert "about 45 minutes" in quick
 
 
 def _motion_runs(gated: list[str], ungated: list[str]) -> dict[str, list[dict[str, Any]]]:
@@ -242,30 +332,45 @@ def test_motion_gating_counts_detector_calls_and_compares_event_texts() -> None:
     assert differ["M-events"].verdict == "MISS"
     assert differ["M-events"].extra["identical"] is False
     assert "gated ['A'], ungated ['A', 'B']" in differ["M-events"].notes[0]
+    # gating is an option: fewer calls with other texts is no PASS
+    assert differ["M"].ratio == pytest.approx(0.2)
+    assert differ["M"].verdict == "MISS"
 
 
-def _mix_summary(cameras: int, lost: float) -> dict[str, Any]:
-    result = worker_result(cameras=cameras, rates=[1.0] * cameras, skipped=4.0, lost=lost)
+def _mix_summary(cameras: int, lost: float, kind: str = "mix") -> dict[str, Any]:
+    skipped = 4.0 if kind == "mix" else 0.0
+    result = worker_result(cameras=cameras, rates=[1.0] * cameras, skipped=skipped, lost=lost)
     summary = summarize_run(result, 5, TRUE_TEXTS)
-    summary.update(vehicle_share=0.2, saturated_fps=6.0, chosen_by="test")
+    share = 0.2 if kind == "mix" else 1.0
+    summary.update(kind=kind, vehicle_share=share, saturated_fps=6.0, chosen_by="test")
     return summary
 
 
 def test_cameras_per_core_when_every_camera_kept_up() -> None:
     figures = {f.key: f for f in camera_mix.mix_figures(_mix_summary(cameras=3, lost=0.0))}
     # 15 s window: 7.5 s service + 15 s Triton CPU = 1.5 cores busy for 3 cameras
-    assert figures["C"].ratio == pytest.approx(3 / 1.5)
-    assert figures["C"].extra["cpu_ms_per_camera_s"] == pytest.approx(1e3 * 22.5 / 45)
-    assert figures["C-kept-up"].verdict == "PASS"
-    assert figures["C-gate"].ratio == pytest.approx(1 / 5, rel=0.05)
+    assert figures["C-mix"].ratio == pytest.approx(3 / 1.5)
+    assert figures["C-mix"].extra["cpu_ms_per_camera_s"] == pytest.approx(1e3 * 22.5 / 45)
+    assert figures["C-mix-kept-up"].verdict == "PASS"
+    assert figures["C-mix-gate"].ratio == pytest.approx(1 / 5, rel=0.05)
+
+
+def test_cameras_the_gate_cannot_skip_are_reported_apart_from_the_mix() -> None:
+    busy = {f.key: f for f in camera_mix.mix_figures(_mix_summary(1, 0.0, "busy"))}
+    assert set(busy) == {"C-busy", "C-busy-kept-up"}  # no gate: every frame was inferred
+    # the same 1.5 cores busy, for one camera: 0.67 cameras per core, not the mix's 2
+    assert busy["C-busy"].ratio == pytest.approx(1 / 1.5)
+    assert "motion gating off" in busy["C-busy"].notes[0]
+    mix = {f.key: f for f in camera_mix.mix_figures(_mix_summary(cameras=3, lost=0.0))}
+    assert mix["C-mix"].ratio == pytest.approx(2.0)
 
 
 def test_no_cameras_per_core_figure_when_a_camera_fell_behind() -> None:
     figures = {f.key: f for f in camera_mix.mix_figures(_mix_summary(cameras=2, lost=1.0))}
-    assert figures["C-kept-up"].ratio == pytest.approx(0.5)
-    assert figures["C-kept-up"].verdict == "MISS"
-    assert figures["C"].verdict == "n/a"
-    assert any("NOT KEPT UP" in note for note in figures["C"].notes)
+    assert figures["C-mix-kept-up"].ratio == pytest.approx(0.5)
+    assert figures["C-mix-kept-up"].verdict == "MISS"
+    assert figures["C-mix"].verdict == "n/a"
+    assert any("NOT KEPT UP" in note for note in figures["C-mix"].notes)
 
 
 def test_the_mix_is_sized_below_saturation() -> None:
@@ -273,6 +378,9 @@ def test_the_mix_is_sized_below_saturation() -> None:
     assert camera_mix.cameras_for(0, 0.2, 6.2) == 3  # 0.6 x 6.2 / (5 x 0.2)
     assert camera_mix.cameras_for(0, 0.2, 1000.0) == camera_mix.MAX_CAMERAS
     assert camera_mix.cameras_for(0, 0.2, None) >= 1
+    # cameras the gate cannot skip bring detector work with every frame: fewer of them
+    assert camera_mix.cameras_for(0, 1.0, 12.0) == 1  # 0.6 x 12 / 5
+    assert camera_mix.cameras_for(0, 1.0, None, per_core=0) == 1
 
 
 def _runtime_rows() -> list[dict[str, Any]]:
@@ -287,6 +395,28 @@ def _runtime_rows() -> list[dict[str, Any]]:
         },
         {"variant": "openvino-bf16", "frames_per_s": [3.0, 3.0, 3.0], "texts_identical": False},
     ]
+
+
+def test_a_faster_runtime_whose_texts_differ_is_a_miss() -> None:
+    baseline = {"variant": "torchscript", "frames_per_s": [4.0, 4.0, 4.0]}
+    faster = {"frames_per_s": [8.0, 8.0, 8.0], "frames": 60}
+    rows = [
+        baseline,
+        {**faster, "variant": "same", "texts_identical": True},
+        {**faster, "variant": "differ", "texts_identical": False},
+        {**faster, "variant": "unchecked"},
+    ]
+    figures = {f.key: f for f in runtime_rows.runtime_figures(rows)}
+    assert [f.ratio for f in figures.values()] == [pytest.approx(2.0)] * 3  # all twice as fast
+    assert figures["R-same"].verdict == "PASS"
+    assert figures["R-differ"].verdict == "MISS"
+    assert figures["R-unchecked"].verdict == "MISS"  # not compared: not shown to match
+    rows[2]["frames_with_other_texts"] = [3, 17]
+    differ = runtime_rows.runtime_figures(rows)[1]
+    assert differ.failed_checks == ["texts DIFFER from TorchScript's on 2 of 60 frames"]
+    # the table says why, and the verdict survives the JSON
+    assert "**MISS** (texts DIFFER from TorchScript's on 2 of 60 frames)" in report.table([differ])
+    assert Figure.from_dict(json.loads(json.dumps(differ.as_dict()))).verdict == "MISS"
 
 
 def test_runtime_rows_become_figures_against_torchscript() -> None:
@@ -319,8 +449,10 @@ def test_the_new_phases_and_their_options_parse() -> None:
     assert plan.ladder == (1, 3) and plan.mix_cameras == 5
     full = run_all.make_plan(run_all.parse_args([]))
     assert full.ladder == (1, 2, 4, 8, 16)
-    # the full ladder, warm-ups included, stays within about 15 minutes of worker time
-    assert 2 * full.ref_s + len(full.ladder) * full.ladder_step_s <= 15 * 60
+    # the full ladder, every round, warm-ups included, stays within 15 minutes of worker time
+    assert full.ladder_rounds >= capacity.MIN_ROUNDS
+    per_round = 2 * full.ref_s + len(full.ladder) * full.ladder_step_s
+    assert full.ladder_rounds * per_round <= 15 * 60
     assert set(run_all.PHASES) >= {"O", "M", "C", "R"}
     for bad in (["--ladder", "0,2"], ["--mix-cameras", "-1"], ["--only", "X"]):
         with pytest.raises(SystemExit):
@@ -336,3 +468,55 @@ def test_service_configs_keep_the_motion_gate_off_unless_asked(tmp_path: Path) -
     spec.camera_extra = {"motion": {"enabled": True}}
     config = yaml.safe_load(write_config(spec, tmp_path / "on").read_text())
     assert config["cameras"][0]["motion"] == {"enabled": True}
+
+
+def _params(instances: int) -> Any:
+    from bench.params import PipelineParams
+
+    return PipelineParams(
+        input_hw=(64, 64),
+        head_layout="auto",
+        conf_threshold=0.25,
+        iou_threshold=0.45,
+        max_plates=16,
+        crop_pad_ratio=0.2,
+        recogniser_max_batch=32,
+        torch_threads={"detector": 1, "stn": 1, "lprnet": 1},
+        instances={"detector": instances, "stn": 1, "lprnet": 1},
+    )
+
+
+def test_the_seed_client_keeps_a_request_in_flight_for_every_instance(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert seed_client.seed_workers(_params(2), 1) == 2
+    assert seed_client.seed_workers(_params(2), 4) == 1
+    assert seed_client.seed_workers(_params(1), 1) == 1
+    assert seed_client.seed_workers(_params(3), 2) == 2
+    busy, most = [0], [0]
+    lock = threading.Lock()
+
+    class FakeClient:
+        """Synchronous as the real one: each call holds its thread until it is answered."""
+
+        def __init__(self, url: str, params: Any) -> None:
+            pass
+
+        def recognise(self, image: Any, stage_s: dict[str, float]) -> list[str]:
+            with lock:
+                busy[0] += 1
+                most[0] = max(most[0], busy[0])
+            time.sleep(0.02)
+            with lock:
+                busy[0] -= 1
+            return ["A"]
+
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(seed_client, "SeedClient", FakeClient)
+    result = seed_client.run_seed("fake:1", _params(2), [source_clip()], 5.0)
+    assert result["errors"] == []
+    assert result["workers_per_camera"] == 2 and result["in_flight"] == 2
+    assert most[0] == 2  # both detector instances had a request at once
+    assert result["frames"] == result["plates"] == 40  # every sampled frame, once (8 s at 5 fps)
