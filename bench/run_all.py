@@ -15,7 +15,9 @@ both sides alike); ratio = median / median, with each side's median, min-max and
   queue) against ``ffmpeg -i FILE -f null -`` on the same file. Target <= 1.2.
 * P4 soak: 4 cameras for ``--soak-minutes``; service RSS growth (< 5 %), plot, frame-to-event
   latency p50/p99.
-* T transport variants: measured when ``TritonConfig`` offers a ``*transport*`` choice.
+* T transport (bench/transport.py): decoded frames as their YUV 4:2:0 planes against BGR, the
+  same frames through the product's client, interleaved; bytes, CPU and texts. Target >= 1.0
+  with the same texts. (A ``*transport*`` choice in ``TritonConfig`` would be measured instead.)
 * R runtimes (bench/runtime_rows.py): TorchScript vs OpenVINO fp32/bf16, whole-chain frames/s,
   through ``bench.runtimes.suite_rows`` when that exists. Target >= 1.0 with the same texts.
 * O overload ladder (bench/capacity.py): 1-16 real-time cameras, each from its own offset in
@@ -36,6 +38,7 @@ is 0 when every phase ran, whatever the verdicts.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import logging
 import os
@@ -537,26 +540,16 @@ class Suite:
 
     def phase_transport(self) -> None:
         choice = transport_choice()
-        if choice is None:
-            self.figures.append(
-                Figure(
-                    key="T",
-                    title="transport variants (raw tensor / JPEG / shared memory)",
-                    numerator="-",
-                    denominator="-",
-                    unit="",
-                    a=[],
-                    b=[],
-                    target=None,
-                    higher_is_better=True,
-                    notes=[
-                        "not offered by the service: frames go as raw UINT8 BGR tensors on "
-                        "one gRPC stream (streamer/inference/client.py); "
-                        "TritonConfig has no transport "
-                        "option, so there is nothing to compare"
-                    ],
-                )
-            )
+        if choice is None:  # the service's own two paths (bench/transport.py)
+            from bench import transport
+
+            frames = 12 if self.plan.quick else 60
+            options = {"rounds": self.plan.transport_rounds, "frames": frames}
+            args = argparse.Namespace(**options, step=2, cameras=4)
+            result = asyncio.run(transport.measure(args))
+            self.raw["transport"] = result
+            command = f"python -m bench.transport --rounds {args.rounds} --frames {frames}"
+            self.figures.append(transport.figure(result, command))
             return
         name, default, choices = choice
         clip = self.workdir / "four-camera.ts"

@@ -16,7 +16,7 @@ Reported per path: the gRPC request's bytes per frame (the serialised ``ModelInf
 the bytes the streamer writes per frame to get there (counted from the code path, see
 :data:`STREAMER_WRITES`), frames/s (median over the rounds), CPU per frame of this process
 (decode included) and of the Triton tree, and in how many frames the two paths read the same
-texts.
+texts. ``figure`` makes the suite's T row of it (``python -m bench``, bench/run_all.py).
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from tritonclient.grpc._utils import _get_inference_request
 
 from bench.common import (
     RESULTS_DIR,
+    Figure,
     cpu_delta,
     log,
     run_meta,
@@ -156,6 +157,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
         "speedup": results["yuv"]["frames_per_s"] / results["bgr"]["frames_per_s"],
         "frames_with_the_same_texts": same,
         "frames": args.frames,
+        "cameras": args.cameras,
         "differences": [
             {"frame": i, "bgr": a, "yuv": b}
             for i, (a, b) in enumerate(zip(texts["bgr"], texts["yuv"], strict=True))
@@ -206,3 +208,40 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+def figure(result: dict[str, Any], command: str) -> Figure:
+    """The suite's T row from a :func:`measure` result: YUV frames/s over BGR frames/s per
+    round; bytes, writes, CPU and texts in its notes. It passes only with the same texts."""
+    bgr, yuv = result["paths"]["bgr"], result["paths"]["yuv"]
+    frames = result["frames"]
+    same = result["frames_with_the_same_texts"]
+    checks = [] if same == frames else [f"texts differ on {frames - same} of {frames} frames"]
+    return Figure(
+        key="T",
+        title="transport: decoded frames as their YUV 4:2:0 planes vs as BGR (frames/s)",
+        numerator="whole-chain frames/s, frames sent as image_i420 (the service's default)",
+        denominator="whole-chain frames/s, the same frames sent as image (BGR)",
+        unit="frames/s",
+        a=[frames / s for s in yuv["seconds"]],
+        b=[frames / s for s in bgr["seconds"]],
+        target=1.0,
+        higher_is_better=True,
+        notes=[
+            f"`{command}`: the same {frames} decoded frames of yard_cam.ts through the "
+            "product's client (PlateRecognizer), decode included, spread over "
+            f"{result['cameras']} cameras, the two paths alternating in each round; BGR is "
+            "what a model repository without image_i420 gets",
+            f"request per frame: BGR {bgr['request_bytes'] / 1e6:.2f} MB, YUV "
+            f"{yuv['request_bytes'] / 1e6:.2f} MB; the streamer writes each frame 3 times on "
+            f"either path ({', '.join(bgr['streamer_writes'])} / "
+            f"{', '.join(yuv['streamer_writes'])})",
+            f"CPU ms per frame, this process (decode included): BGR "
+            f"{bgr['self_cpu_ms_per_frame']:.1f}, YUV {yuv['self_cpu_ms_per_frame']:.1f}; "
+            f"Triton's tree: BGR {bgr['triton_cpu_ms_per_frame']:.0f}, YUV "
+            f"{yuv['triton_cpu_ms_per_frame']:.0f}",
+            f"the same texts in {same} of {frames} frames (event texts: docs/ACCURACY.md)",
+        ],
+        extra={"transport": {k: v for k, v in result.items() if k != "meta"}},
+        failed_checks=checks,
+    )
