@@ -14,6 +14,11 @@ YUV420_FORMATS = ("yuv420p", "yuvj420p")
 AVCOL_RANGE_JPEG = 2
 
 
+def _full_range(picture: Any) -> bool:
+    """Whether a decoded YUV picture's samples are full range (0-255) rather than limited."""
+    return bool(picture.format.name == "yuvj420p" or picture.color_range == AVCOL_RANGE_JPEG)
+
+
 @dataclass(frozen=True, slots=True)
 class Frame:
     """One sampled frame of one camera, as decoded.
@@ -63,8 +68,7 @@ class Frame:
             return None
         if pixels.width % 2 or pixels.height % 2:
             return None
-        full_range = pixels.format.name == "yuvj420p" or pixels.color_range == AVCOL_RANGE_JPEG
-        return pixels.to_ndarray(), full_range
+        return pixels.to_ndarray(), _full_range(pixels)
 
     def luma(self) -> tuple[np.ndarray, bool]:
         """The picture's brightness without converting it, for comparing small crops: a
@@ -75,8 +79,7 @@ class Frame:
             return self.image, False
         plane = pixels.planes[0]
         rows = np.frombuffer(plane, np.uint8).reshape(plane.height, plane.line_size)
-        full_range = pixels.format.name == "yuvj420p" or pixels.color_range == AVCOL_RANGE_JPEG
-        return rows[:, : plane.width], not full_range
+        return rows[:, : plane.width], not _full_range(pixels)
 
     @property
     def height(self) -> int:
