@@ -63,10 +63,8 @@ class Frame:
         one ``(H * 3 / 2) x W`` uint8 array (I420: Y, then U, then V) and whether its samples
         are full range (0-255). Half the bytes of BGR, and no colour conversion here. None for
         anything else (a BGR array, a picture already converted, another pixel format)."""
-        pixels = self.pixels
-        if isinstance(pixels, np.ndarray) or pixels.format.name not in YUV420_FORMATS:
-            return None
-        if pixels.width % 2 or pixels.height % 2:
+        pixels = self._yuv420()
+        if pixels is None or pixels.width % 2 or pixels.height % 2:
             return None
         return pixels.to_ndarray(), _full_range(pixels)
 
@@ -74,12 +72,19 @@ class Frame:
         """The picture's brightness without converting it, for comparing small crops: a
         decoded YUV 4:2:0 frame's Y plane (HxW, a view: no copy) and whether its samples are
         limited range (16-235); otherwise the BGR image (grey crop by crop) and False."""
-        pixels = self.pixels
-        if isinstance(pixels, np.ndarray) or pixels.format.name not in YUV420_FORMATS:
+        pixels = self._yuv420()
+        if pixels is None:
             return self.image, False
         plane = pixels.planes[0]
         rows = np.frombuffer(plane, np.uint8).reshape(plane.height, plane.line_size)
         return rows[:, : plane.width], not _full_range(pixels)
+
+    def _yuv420(self) -> Any:
+        """The decoded picture while it is planar YUV 4:2:0 (not yet converted), else None."""
+        pixels = self.pixels
+        if isinstance(pixels, np.ndarray) or pixels.format.name not in YUV420_FORMATS:
+            return None
+        return pixels
 
     @property
     def height(self) -> int:

@@ -137,16 +137,14 @@ class Endpoint:
         self.exiting = False
         try:
             await check_ready(self._checker, model, timeout_s)
-        except InferenceServerException as exc:
-            self.check_ok = False
-            self.check_error = f"readiness check failed: {short_error(exc)}"
-            self.exiting = EXITING in str(exc.message())
         except TimeoutError:
             self.check_ok = False
             self.check_error = f"readiness check unanswered within {timeout_s:g} s"
         except Exception as exc:  # any failure of the check is the verdict
             self.check_ok = False
             self.check_error = f"readiness check failed: {short_error(exc)}"
+            if isinstance(exc, InferenceServerException):
+                self.exiting = EXITING in str(exc.message())
         else:
             self.check_ok, self.check_error = True, None
             if not self._build_read:
