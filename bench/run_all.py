@@ -18,6 +18,9 @@ both sides alike); ratio = median / median, with each side's median, min-max and
 * T transport (bench/transport.py): decoded frames as their YUV 4:2:0 planes against BGR, the
   same frames through the product's client, interleaved; bytes, CPU and texts. Target >= 1.0
   with the same texts. (A ``*transport*`` choice in ``TritonConfig`` would be measured instead.)
+* D detector regions (bench/regions.py): the service with ``motion.regions`` on against off,
+  interleaved, for cameras the gate cannot skip and for gated ones; whole-chain frames/s, the
+  detections on regions, event texts. Target >= 1.5 with the same texts. Its own Triton.
 * R runtimes (bench/runtime_rows.py): TorchScript vs OpenVINO fp32/bf16, whole-chain frames/s,
   through ``bench.runtimes.suite_rows`` when that exists. Target >= 1.0 with the same texts.
 * O overload ladder (bench/capacity.py): 1-16 real-time cameras, each from its own offset in
@@ -76,7 +79,7 @@ from bench.common import (
 )
 from bench.params import PipelineParams, load_params
 
-PHASES = ("P1", "P2", "P3", "P4", "T", "R", "O", "M", "C")
+PHASES = ("P1", "P2", "P3", "P4", "T", "D", "R", "O", "M", "C")
 #: The phases that need the suite's Triton (R starts its own, before it).
 TRITON_PHASES = ("P1", "P2", "P4", "T", "O", "M", "C")
 MODEL_REPOSITORY = PROJECT_ROOT / "model_repository"
@@ -303,6 +306,8 @@ class Suite:
             self.timed("P3", self.phase_p3)
         if self.want("R"):  # its own Tritons, one per runtime: before the suite's starts
             self.timed("R runtimes", lambda: phase_runtimes(self))
+        if self.want("D"):  # its own Triton, too
+            self.timed("D detector regions", self.phase_regions)
         if self.want(*TRITON_PHASES):
             self.timed("triton start", self.start_triton)
             try:
@@ -537,6 +542,23 @@ class Suite:
         ]
         notes = [*common, *_problems(runs)]
         self.figures.append(self._p2_figure("P2-4", 4, runs["service"], runs["seed"], notes))
+
+    def phase_regions(self) -> None:
+        from bench import regions
+
+        copies = 1 if self.plan.quick else 3
+        args = argparse.Namespace(
+            rounds=self.plan.rounds,
+            cameras=2,
+            copies=copies,
+            kinds=list(regions.KINDS),
+            workdir=self.workdir / "regions",
+        )
+        result = regions.measure(args)
+        self.raw["regions"] = result
+        command = f"python -m bench.regions --rounds {args.rounds} --copies {copies}"
+        for kind in regions.KINDS:
+            self.figures.append(regions.figure(result, command, kind))
 
     def phase_transport(self) -> None:
         choice = transport_choice()

@@ -116,8 +116,14 @@ def _switched_off(section: str) -> dict[str, Any] | None:
 
 
 def _gate_off() -> dict[str, Any]:
-    """``{"motion": {"enabled": False}}`` where cameras have a motion gate (on by default)."""
-    return {"motion": {"enabled": False}} if "motion" in CameraConfig.model_fields else {}
+    """``{"motion": {"enabled": False, "regions": False}}`` where cameras have a motion gate
+    (on by default): every sampled frame sent and detected whole, the same work in every
+    phase; phase D (bench/regions.py) measures the regions."""
+    if "motion" not in CameraConfig.model_fields:
+        return {}
+    motion = CameraConfig.model_fields["motion"].annotation
+    fields = getattr(motion, "model_fields", {})
+    return {"motion": {"enabled": False, **({"regions": False} if "regions" in fields else {})}}
 
 
 def worker_command(config: Path, duration_s: float, out: Path, *options: str) -> list[str]:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import statistics
 import sys
@@ -96,7 +97,8 @@ async def run_pass(
     recognizer: PlateRecognizer, path: str, args: argparse.Namespace
 ) -> tuple[float, list[list[str]]]:
     """One pass of ``path``: decode and send every kept frame; (seconds, texts per frame)."""
-    recognizer.sends_i420 = path == "yuv"  # (the BGR path: as for a model without image_i420)
+    # (the BGR path: as for a model without image_i420)
+    recognizer.inputs = dataclasses.replace(recognizer.inputs, i420=path == "yuv")
     pictures = _pictures(args.step, args.frames)
     tasks: list[asyncio.Task[Any]] = []
     started = time.perf_counter()
@@ -125,7 +127,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
     texts: dict[str, list[list[str]]] = {}
     try:
         await recognizer.wait_ready(60)
-        if not recognizer.sends_i420:
+        if not recognizer.inputs.i420:
             raise SystemExit("error: model_repository/ has no image_i420 input: make models")
         _, sample = next(_pictures(1, 1))
         for path in PATHS:  # a Frame each: the BGR path keeps its conversion in the Frame

@@ -11,12 +11,24 @@ from converters.errors import ConversionError
 from converters.model_config import (
     AUTO_PRECISION,
     DEFAULT_INPUT_HW,
+    DEFAULT_REGION_SIZE,
     PRECISIONS,
     RUNTIMES,
     Serving,
 )
 from converters.paths import MODEL_REPOSITORY
 from streamer.cli.arguments import positive_int
+
+
+def _region_size(text: str) -> int:
+    """``--region-size``: 0 (no region detector) or a multiple of 32 from 64."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value != 0 and (value < 64 or value % 32):
+        raise argparse.ArgumentTypeError(f"must be 0 or a multiple of 32 from 64, got {value}")
+    return value
 
 
 def _progress(message: str) -> None:
@@ -48,6 +60,7 @@ def _build(args: argparse.Namespace) -> int:
         assets_dir=args.assets_dir,
         out=args.out,
         input_hw=detector.parse_input_size(args.input_size),
+        region_size=args.region_size,
         detector_checkpoint=args.detector,
         conf_threshold=args.conf_threshold,
         iou_threshold=args.iou_threshold,
@@ -103,6 +116,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--input-size",
         default=default_size,
         help=f"detector input, N or HxW in multiples of 32 (default {default_size})",
+    )
+    build.add_argument(
+        "--region-size",
+        type=_region_size,
+        default=DEFAULT_REGION_SIZE,
+        help="input of a second detector for the regions around motion and live plates, a "
+        f"multiple of 32 (default {DEFAULT_REGION_SIZE}; 0: none, always the whole frame)",
     )
     build.add_argument("--detector", type=Path, help="own detector: Ultralytics .pt or TorchScript")
     build.add_argument("--conf-threshold", type=float, default=0.25)

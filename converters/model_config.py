@@ -16,6 +16,11 @@ from converters.paths import TEMPLATES
 #: are 16:9, which a 736x1280 letterbox holds with little padding, for 42 % less work than a
 #: square 1280x1280 one (`make models` and the README's commands use this default).
 DEFAULT_INPUT_HW = (736, 1280)
+#: The region detector's square input (0: none). A region is cut at the whole-frame
+#: letterbox's scale, so 480 sees 720x720 pixels of a 1080p frame, for a quarter of a
+#: 736x1280 pass (40 % of the detector's time on the yard footage, which moves in one corner:
+#: docs/PERFORMANCE.md). Model_repository/plate_recognition/1/regions.py plans the regions.
+DEFAULT_REGION_SIZE = 480
 
 
 @dataclass(frozen=True)

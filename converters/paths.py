@@ -23,3 +23,9 @@ def import_plate_ops() -> ModuleType:
     if str(BLS_CODE_DIR) not in sys.path:
         sys.path.insert(0, str(BLS_CODE_DIR))
     return importlib.import_module("plate_ops")
+
+
+def import_regions() -> ModuleType:
+    """Import the BLS's region planner (``regions.py``, beside ``plate_ops``)."""
+    import_plate_ops()
+    return importlib.import_module("regions")

@@ -27,6 +27,7 @@ from converters.errors import ConversionError
 from converters.model_config import (
     AUTO_PRECISION,
     DEFAULT_INPUT_HW,
+    DEFAULT_REGION_SIZE,
     Serving,
     TensorModel,
     cpu_precision_hint,
@@ -40,6 +41,7 @@ from converters.paths import (
     MODEL_REPOSITORY,
     TEMPLATES,
     import_plate_ops,
+    import_regions,
 )
 from streamer.ops.build_info import BUILD_INFO_FILE
 
@@ -64,6 +66,8 @@ class BuildOptions:
     assets_dir: Path | None = None  # default: assets.default_assets_dir()
     out: Path = MODEL_REPOSITORY
     input_hw: tuple[int, int] = DEFAULT_INPUT_HW
+    # The region detector's square input; 0: none (model_config.DEFAULT_REGION_SIZE).
+    region_size: int = DEFAULT_REGION_SIZE
     detector_checkpoint: Path | None = None  # default: the asset YOLOv8n checkpoint
     conf_threshold: float = 0.25
     iou_threshold: float = 0.45
@@ -106,26 +110,36 @@ def _weights(options: BuildOptions, progress: Callable[[str], None]) -> dict[str
     return paths
 
 
-def _tensor_models(
-    exported: detector.ExportedDetector, options: BuildOptions
-) -> dict[str, TensorModel]:
+#: The second detector's model name (model_repository/plate_recognition/1/regions.py).
+REGION_DETECTOR = "detector_region"
+
+
+def _detector_model(
+    name: str, exported: detector.ExportedDetector, options: BuildOptions
+) -> TensorModel:
     h, w = exported.input_hw
+    return TensorModel(
+        name=name,
+        input_dims=(3, h, w),
+        output_dims=exported.output_shape,
+        cpu_max_batch_size=4,
+        cpu_torch_threads=options.cpu_detector_threads,
+        cpu_instances=options.cpu_detector_instances,
+        gpu_max_batch_size=16,
+        gpu_preferred_batch_sizes=(4, 8, 16),
+        # bf16 on the detector: about 2x its speed, boxes move by a few pixels (2 of 60
+        # yard_cam frames read otherwise). On the STN it changed the texts of 10 of the
+        # 60 frames for little gain (bench.runtimes), so the recognisers stay f32.
+        cpu_bf16=True,
+        cpu_int8=True,  # (converters/quantize.py says why the recognisers do not)
+    )
+
+
+def _tensor_models(
+    detectors: dict[str, detector.ExportedDetector], options: BuildOptions
+) -> dict[str, TensorModel]:
     return {
-        "detector": TensorModel(
-            name="detector",
-            input_dims=(3, h, w),
-            output_dims=exported.output_shape,
-            cpu_max_batch_size=4,
-            cpu_torch_threads=options.cpu_detector_threads,
-            cpu_instances=options.cpu_detector_instances,
-            gpu_max_batch_size=16,
-            gpu_preferred_batch_sizes=(4, 8, 16),
-            # bf16 on the detector: about 2x its speed, boxes move by a few pixels (2 of 60
-            # yard_cam frames read otherwise). On the STN it changed the texts of 10 of the
-            # 60 frames for little gain (bench.runtimes), so the recognisers stay f32.
-            cpu_bf16=True,
-            cpu_int8=True,  # (converters/quantize.py says why the recognisers do not)
-        ),
+        **{name: _detector_model(name, exported, options) for name, exported in detectors.items()},
         "stn": TensorModel(
             name="stn",
             input_dims=recognisers.SPECS["stn"].input_chw,
@@ -174,7 +188,8 @@ def _write_model(
         bf16 = options.target == "cpu" and cpu_precision_hint(model, serving) == "bf16"
         _write_onnx_model(staging, version, model.name, network, serving, bf16, progress)
         if serving.precision == "int8" and model.cpu_int8:
-            inputs = quantize.calibration_inputs(options.input_hw, options.assets_dir)
+            input_hw = (model.input_dims[1], model.input_dims[2])
+            inputs = quantize.calibration_inputs(input_hw, options.assets_dir)
             quantize.quantize_detector(version / onnx_export.IR_FILE, inputs, progress)
     config_text = render_tensor_model(model, options.target, options.gpu_instances, serving)
     parse_config(config_text, f"{model.name}/config.pbtxt")
@@ -240,6 +255,37 @@ def _write_onnx_model(
         progress(f"{name}: bf16 differs from PyTorch by up to {reduced.max_abs:.1e} (not checked)")
 
 
+def _regions_pay(options: BuildOptions, progress: Callable[[str], None]) -> bool:
+    """Whether a region detector is asked for and can ever be cheaper than a whole frame (the
+    BLS uses regions only up to ``MAX_REGION_COST`` of a whole-frame pass)."""
+    if not options.region_size:
+        return False
+    height, width = options.input_hw
+    cost = options.region_size**2 / (height * width)
+    if cost > import_regions().MAX_REGION_COST:
+        progress(
+            f"{REGION_DETECTOR}: none; a {options.region_size}x{options.region_size} region "
+            f"costs {cost:.2f} of a {height}x{width} whole-frame pass"
+        )
+        return False
+    return True
+
+
+def _region_detector(
+    checkpoint: Path, region_hw: tuple[int, int], progress: Callable[[str], None]
+) -> detector.ExportedDetector:
+    """The same detector exported at the regions' input size. A TorchScript file is fixed to
+    the size it was exported at: the user is told to export it at this size too, or to build
+    with ``--region-size 0``."""
+    if detector.is_torchscript_archive(checkpoint):
+        raise ConversionError(
+            f"detector: {checkpoint.name} is TorchScript, fixed at one input size; build with "
+            "--region-size 0 (whole frames only), or bring an Ultralytics checkpoint"
+        )
+    progress(f"{REGION_DETECTOR}: the detector at {region_hw[0]}x{region_hw[1]} for regions")
+    return detector.export_detector(checkpoint, region_hw, progress)
+
+
 def resolve_serving(options: BuildOptions) -> Serving:
     """How the tensor models are served; ``auto`` precision resolved on this machine."""
     if options.precision != AUTO_PRECISION:
@@ -273,11 +319,14 @@ def build(options: BuildOptions, progress: Callable[[str], None] = print) -> Pat
         progress(f"{name}: exported to TorchScript, max |eager - scripted| = {difference:.1e}")
         networks[name] = _Network(scripted, eager, spec.input_chw, False, 4)
 
-    exported = detector.export_detector(weights["detector"], options.input_hw, progress)
-    networks["detector"] = _Network(
-        exported.module, exported.module, (3, *exported.input_hw), True, 2
-    )
-    models = _tensor_models(exported, options)
+    full = detector.export_detector(weights["detector"], options.input_hw, progress)
+    detectors = {"detector": full}
+    if _regions_pay(options, progress):
+        region_hw = (options.region_size, options.region_size)
+        detectors[REGION_DETECTOR] = _region_detector(weights["detector"], region_hw, progress)
+    for name, each in detectors.items():
+        networks[name] = _Network(each.module, each.module, (3, *each.input_hw), True, 2)
+    models = _tensor_models(detectors, options)
 
     out = options.out.resolve()
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -288,6 +337,7 @@ def build(options: BuildOptions, progress: Callable[[str], None] = print) -> Pat
             _write_model(staging, model, networks[name], options, serving, progress)
 
         built_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        region = models.get(REGION_DETECTOR)
         # The build is also in the BLS config, so that a client of a remote Triton can read it
         # (get_model_config: lpr_build_info); build_info.json has the whole of it.
         bls_config = render_plate_recognition(
@@ -297,7 +347,10 @@ def build(options: BuildOptions, progress: Callable[[str], None] = print) -> Pat
             built_at=built_at,
             input_height=options.input_hw[0],
             input_width=options.input_hw[1],
-            head_layout=exported.layout,
+            head_layout=full.layout,
+            region_detector_model=REGION_DETECTOR if region else "",
+            region_size=options.region_size if region else 0,
+            region_max_batch_size=_max_batch(region, options.target) if region else 0,
             recogniser_max_batch_size=RECOGNISER_MAX_BATCH,
             conf_threshold=options.conf_threshold,
             iou_threshold=options.iou_threshold,
@@ -314,8 +367,11 @@ def build(options: BuildOptions, progress: Callable[[str], None] = print) -> Pat
         info = {
             "target": options.target,
             "input_hw": list(options.input_hw),
-            "detector_layout": exported.layout,
-            "detector_output": list(exported.output_shape),
+            "region_input_hw": list(detectors[REGION_DETECTOR].input_hw)
+            if REGION_DETECTOR in detectors
+            else None,
+            "detector_layout": full.layout,
+            "detector_output": list(full.output_shape),
             "built_at": built_at,
             "runtime": serving.runtime,
             "precision": serving.precision,
@@ -336,9 +392,13 @@ def build(options: BuildOptions, progress: Callable[[str], None] = print) -> Pat
             **options.extra_info,
         }
         (staging / BUILD_INFO).write_text(json.dumps(info, indent=2) + "\n")
-        _install(staging, out, [*models, BLS_MODEL])
+        _install(staging, out, [*models, BLS_MODEL], stale=[REGION_DETECTOR])
     progress(f"built {options.target} repository in {out} ({time.monotonic() - started:.1f} s)")
     return out
+
+
+def _max_batch(model: TensorModel, target: str) -> int:
+    return model.cpu_max_batch_size if target == "cpu" else model.gpu_max_batch_size
 
 
 def _runtime_versions(runtime: str) -> dict[str, str]:
@@ -350,8 +410,9 @@ def _runtime_versions(runtime: str) -> dict[str, str]:
     return {"onnx": onnx.__version__, "openvino": openvino.__version__.split("-")[0]}
 
 
-def _install(staging: Path, out: Path, model_names: list[str]) -> None:
-    """Move the staged models into ``out``, replacing older builds of them.
+def _install(staging: Path, out: Path, model_names: list[str], stale: list[str]) -> None:
+    """Move the staged models into ``out``, replacing older builds of them; the ``stale``
+    models this build did not make (a region detector built before) are removed.
 
     The hand-written BLS files in the source repository are left in place (the
     staged copies are identical); only its generated config is replaced there.
@@ -367,4 +428,7 @@ def _install(staging: Path, out: Path, model_names: list[str]) -> None:
             trash = staging / f"{name}.old"
             target.replace(trash)
         (staging / name).replace(target)
+    for name in stale:
+        if name not in model_names and (out / name).exists():
+            (out / name).replace(staging / f"{name}.old")
     (staging / BUILD_INFO).replace(out / BUILD_INFO)

@@ -76,6 +76,14 @@ class MotionConfig(Section):
         "(stream seconds), so a stopped vehicle is re-read; keep it below "
         "tracker.lost_track_buffer_s so its track lives on between reads.",
     )
+    regions: bool = Field(
+        True,
+        description="Send, with each frame, the boxes of what moved and of the live plates, "
+        "so that Triton runs the detector on the regions around them when that is cheaper "
+        "than the whole frame (needs a repository with a region detector: `converters build "
+        "--region-size`). The first frame of each session is always detected whole. With "
+        "`enabled: false` the motion check still runs for this, and every frame is sent.",
+    )
 
     @field_validator("mask", mode="before")
     @classmethod

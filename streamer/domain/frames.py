@@ -41,6 +41,11 @@ class Frame:
     wall_time: float
     monotonic: float
     pixels: Any = field(repr=False)
+    #: Where in the picture plates can be: x1, y1, x2, y2 rows (float32 [K, 4], frame
+    #: pixels) of what moved since the camera's last frame with motion and of its live
+    #: plates. None: anywhere (the first frame of a session, no motion gate); the detector
+    #: then looks at the whole frame. Triton decides whether regions around them pay.
+    focus: np.ndarray | None = field(default=None, repr=False, compare=False)
     _lock: threading.Lock = field(
         default_factory=threading.Lock, init=False, repr=False, compare=False
     )

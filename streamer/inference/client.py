@@ -44,12 +44,13 @@ from tritonclient.grpc.service_pb2 import ModelStreamInferResponse
 from streamer.config import TritonConfig
 from streamer.domain.frames import Frame, PlateReading
 from streamer.inference.messages import (
+    ModelInputs,
+    focus_input,
     frame_request,
     image_input,
     is_deadline_error,
     parse_answer,
     raw_responses,
-    takes_i420,
     timeout_us,
 )
 from streamer.inference.model_errors import ModelErrors
@@ -148,9 +149,10 @@ class PlateRecognizer:
         self.problem: str | None = "not connected yet"
         #: The current run of frames the model answered with errors.
         self.model_errors = ModelErrors(model, url)
-        #: The model takes decoded frames as planar YUV 4:2:0 (read from its metadata as the
-        #: stream opens; a repository older than that input gets BGR).
-        self.sends_i420 = False
+        #: The model's optional inputs (read from its metadata as the stream opens): frames go
+        #: as planar YUV 4:2:0 where it takes that (else BGR), with their focus boxes where it
+        #: takes those (else it detects on the whole frame).
+        self.inputs = ModelInputs()
 
     @property
     def ready(self) -> bool:
@@ -249,7 +251,8 @@ class PlateRecognizer:
         deadline = time.monotonic() + self.request_timeout_s
         try:
             # in a thread: copying the planes (or a BGR conversion) must not run on the loop
-            tensor = await asyncio.to_thread(image_input, frame, self.sends_i420)
+            tensor = await asyncio.to_thread(image_input, frame, self.inputs.i420)
+            focus = focus_input(frame) if self.inputs.focus else None
         except BaseException:
             permit.release()
             raise
@@ -257,7 +260,7 @@ class PlateRecognizer:
         request = _Request(
             rid=rid,
             frame_index=frame.index,
-            request=frame_request(self.model, rid, tensor),
+            request=frame_request(self.model, rid, tensor, focus),
             deadline=deadline,
             permit=permit,
             future=loop.create_future(),
@@ -329,7 +332,7 @@ class PlateRecognizer:
                 if not await client.is_model_ready(self.model):
                     raise InferenceError(f"model {self.model} is not ready")
                 metadata = await client.get_model_metadata(self.model, as_json=True)
-            self.sends_i420 = takes_i420(metadata)
+            self.inputs = ModelInputs.of(metadata)
             self._generation += 1
             self._reset_reason = None
             self._outbox_ready.set()  # wakes the old stream's iterator, which then ends
@@ -339,10 +342,11 @@ class PlateRecognizer:
             self.problem = None
             self._opened = True
             LOG.info(
-                "Triton stream to %s open (model %s ready, frames sent as %s)",
+                "Triton stream to %s open (model %s ready, frames sent as %s, %s focus boxes)",
                 self.url,
                 self.model,
-                "YUV 4:2:0" if self.sends_i420 else "BGR",
+                "YUV 4:2:0" if self.inputs.i420 else "BGR",
+                "with" if self.inputs.focus else "without",
             )
             watchdog = asyncio.create_task(self._watch_overdue(call), name="triton-overdue")
             try:

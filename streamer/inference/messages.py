@@ -3,7 +3,8 @@
 A request is the frame as one raw UINT8 tensor (``image_i420``: the decoder's planar YUV
 4:2:0 as it is, half the bytes of BGR and no colour conversion in the streamer; or
 ``image``: BGR, for pictures that are not YUV 4:2:0 and for a model repository older than
-``image_i420``), the outputs asked for
+``image_i420``), the frame's ``focus`` boxes where it has some and the model takes them (the
+detector then looks at the regions around them when that is cheaper), the outputs asked for
 (:data:`OUTPUTS`), a request id that correlates the answer on the shared stream, and Triton's
 request ``timeout`` (what is left of the frame's deadline, set as it is sent). An answer is
 either an error message, which :func:`is_deadline_error` tells from a model's failure, or
@@ -32,6 +33,22 @@ _US_PER_S = 1_000_000
 
 #: The model's input for a frame in planar YUV 4:2:0; ``image`` takes BGR.
 I420_INPUT = "image_i420"
+#: The model's input for where in the frame plates can be (``Frame.focus``).
+FOCUS_INPUT = "focus"
+
+
+@dataclass(frozen=True)
+class ModelInputs:
+    """Which of its optional inputs the model has: a repository older than one lacks it."""
+
+    i420: bool = False
+    focus: bool = False
+
+    @classmethod
+    def of(cls, metadata: dict[str, Any]) -> ModelInputs:
+        """From the model's metadata, as JSON."""
+        names = {i.get("name") for i in metadata.get("inputs", [])}
+        return cls(i420=I420_INPUT in names, focus=FOCUS_INPUT in names)
 
 
 @dataclass(frozen=True)
@@ -40,11 +57,6 @@ class FrameInput:
 
     tensor: InferInput
     parameters: dict[str, str] | None = None
-
-
-def takes_i420(metadata: dict[str, Any]) -> bool:
-    """Whether the model (its metadata, as JSON) has the ``image_i420`` input."""
-    return any(i.get("name") == I420_INPUT for i in metadata.get("inputs", []))
 
 
 def image_input(frame: Frame, i420: bool) -> FrameInput:
@@ -62,11 +74,24 @@ def image_input(frame: Frame, i420: bool) -> FrameInput:
     return FrameInput(tensor)
 
 
-def frame_request(model: str, request_id: str, image: FrameInput) -> dict[str, Any]:
+def focus_input(frame: Frame) -> InferInput | None:
+    """The frame's focus boxes as the model's ``focus`` input; None where it has none (the
+    model then detects on the whole frame)."""
+    if frame.focus is None or len(frame.focus) == 0:
+        return None
+    boxes = np.ascontiguousarray(frame.focus, dtype=np.float32).reshape(-1, 4)
+    tensor = InferInput(FOCUS_INPUT, list(boxes.shape), "FP32")
+    tensor.set_data_from_numpy(boxes)
+    return tensor
+
+
+def frame_request(
+    model: str, request_id: str, image: FrameInput, focus: InferInput | None = None
+) -> dict[str, Any]:
     """The ``stream_infer`` request of one frame; its ``timeout`` is set when it is sent."""
     return {
         "model_name": model,
-        "inputs": [image.tensor],
+        "inputs": [image.tensor] if focus is None else [image.tensor, focus],
         "request_id": request_id,
         "outputs": [InferRequestedOutput(name) for name in OUTPUTS],
         "parameters": image.parameters,

@@ -50,6 +50,13 @@ signal, the decode thread waits until every frame sent has been answered
 on how fast the machine answers. The wait comes at most once per ``stationary_interval_s`` of a
 still stretch; frames with motion are sent without it.
 
+Where it looked (``MotionGate.focus``, with the camera's ``motion.regions``): a frame sent for
+motion carries the boxes of the changed regions (in frame pixels), a "stationary" one none of
+its own; the camera's pipeline adds its tracks' boxes, and Triton runs the detector on the
+regions around them when that is cheaper than the whole frame. The first frame of a session
+carries no focus (the whole frame). With ``motion.enabled`` off but ``regions`` on, the gate
+skips nothing: a frame without motion is sent as ``"still"``, with its tracks' boxes only.
+
 Measured on ``yard_cam.ts`` (1920x1080 H.264, yuvj420p, 15 fps), on this 2-core machine while
 other jobs ran (load 2-4), each part on freshly decoded frames, with
 ``python -m streamer.ingest.motion ../shared/assets/media/yard_cam.ts``: the check costs 1.1-1.5 ms
@@ -110,7 +117,7 @@ _LUMA_FIRST_FORMATS = frozenset(
 Point = tuple[int, int]
 Polygon = Sequence[Point]
 #: What the gate did with a frame (see the module docstring); only "skip" is not sent.
-GateDecision = Literal["first", "motion", "stationary", "skip"]
+GateDecision = Literal["first", "motion", "stationary", "still", "skip"]
 
 
 def small_gray(frame: Any, width: int = CHECK_WIDTH) -> np.ndarray:
@@ -134,6 +141,20 @@ def small_gray(frame: Any, width: int = CHECK_WIDTH) -> np.ndarray:
     small = frame.reformat(width=out_width, height=out_height, format="gray", interpolation="AREA")
     image = small.to_ndarray()
     return image
+
+
+_NO_BOXES = np.zeros((0, 4), np.float32)
+
+
+def _frame_boxes(
+    stats: np.ndarray, shape: tuple[int, ...], frame_size: tuple[int, int]
+) -> np.ndarray:
+    """Connected regions' stats (OpenCV's x, y, width, height, area rows, in the small image)
+    as x1, y1, x2, y2 boxes in frame pixels."""
+    sx, sy = frame_size[0] / shape[1], frame_size[1] / shape[0]
+    x, y = stats[:, cv2.CC_STAT_LEFT], stats[:, cv2.CC_STAT_TOP]
+    w, h = stats[:, cv2.CC_STAT_WIDTH], stats[:, cv2.CC_STAT_HEIGHT]
+    return np.stack([x * sx, y * sy, (x + w) * sx, (y + h) * sy], axis=1).astype(np.float32)
 
 
 class MotionDetector:
@@ -166,6 +187,9 @@ class MotionDetector:
         #: Share of the image covered by the largest changed region at the latest check (all
         #: changed pixels together when they are under ``min_area``).
         self.last_area = 0.0
+        #: The changed regions of at least ``min_area`` at the latest check, as x1, y1, x2, y2
+        #: rows in *frame* pixels (float32 [K, 4]; none unless it found motion).
+        self.last_boxes = _NO_BOXES
         self._reference: np.ndarray | None = None
         self._keep: np.ndarray | None = None  # 255 where changes count, 0 where masked
         self._keep_key: tuple[tuple[int, int], tuple[int, int]] | None = None
@@ -174,6 +198,7 @@ class MotionDetector:
         """Forget the reference: the next image starts afresh (and counts as motion)."""
         self._reference = None
         self.last_area = 0.0
+        self.last_boxes = _NO_BOXES
 
     def update(self, gray: np.ndarray, frame_size: tuple[int, int]) -> bool:
         """Check ``gray`` (uint8, HxW) of a frame ``frame_size`` = (width, height) in pixels.
@@ -187,6 +212,7 @@ class MotionDetector:
             )
         blurred = cv2.GaussianBlur(gray, _BLUR_KERNEL, 0)
         reference = self._reference
+        self.last_boxes = _NO_BOXES
         if reference is None or reference.shape != blurred.shape:
             self._reference = blurred
             self.last_area = 1.0
@@ -198,14 +224,21 @@ class MotionDetector:
             changed = cv2.bitwise_and(changed, keep)
         changed = cv2.dilate(changed, _DILATE_KERNEL)
         largest = cv2.countNonZero(changed)
+        regions = np.zeros((0, 5), np.int32)
         if largest / changed.size >= self.min_area:  # else no region can be large enough
             # The costly part (0.2-0.3 ms at 320x180), so a still scene skips it.
             count, _, stats, _ = cv2.connectedComponentsWithStats(changed, connectivity=8)
-            largest = int(stats[1:, cv2.CC_STAT_AREA].max()) if count > 1 else 0
+            regions = stats[1:]
+            largest = int(regions[:, cv2.CC_STAT_AREA].max()) if count > 1 else 0
         self.last_area = largest / changed.size
         moving = self.last_area >= self.min_area
-        if moving:
+        if moving:  # (so the regions were measured)
             self._reference = blurred
+            self.last_boxes = _frame_boxes(
+                regions[regions[:, cv2.CC_STAT_AREA] >= self.min_area * changed.size],
+                changed.shape,
+                frame_size,
+            )
         return moving
 
     def _keep_mask(self, shape: tuple[int, ...], frame_size: tuple[int, int]) -> np.ndarray | None:
@@ -294,6 +327,8 @@ class MotionGate:
         stationary_interval_s: float,
         tracks: TrackSignal,
         check_width: int = CHECK_WIDTH,
+        regions: bool = False,
+        skips: bool = True,
     ) -> None:
         if not (math.isfinite(stationary_interval_s) and stationary_interval_s > 0):
             raise ValueError(
@@ -305,11 +340,16 @@ class MotionGate:
         self.stationary_interval_s = stationary_interval_s
         self.tracks = tracks
         self.check_width = check_width
+        self.regions = regions  # whether frames sent carry their focus (see :meth:`focus`)
+        #: False: nothing is skipped (gating off), the gate only says where motion is; a
+        #: frame without any is sent as "still".
+        self.skips = skips
         self._last_sent_t: float | None = None
 
     @classmethod
     def from_config(cls, config: MotionConfig, tracks: TrackSignal | None = None) -> MotionGate:
-        """A gate for a camera's ``motion`` config section (its ``enabled`` is not looked at)."""
+        """A gate for a camera's ``motion`` config section: it skips still frames if
+        ``enabled``; with only ``regions`` on, it sends every frame with its focus."""
         detector = MotionDetector(
             threshold=config.threshold, min_area=config.min_area, mask=config.mask
         )
@@ -317,6 +357,8 @@ class MotionGate:
             detector,
             stationary_interval_s=config.stationary_interval_s,
             tracks=tracks if tracks is not None else TrackSignal(),
+            regions=config.regions,
+            skips=config.enabled,
         )
 
     def reset(self) -> None:
@@ -351,12 +393,25 @@ class MotionGate:
             decision = "first"
         elif self.detector.update(gray, frame_size):
             decision = "motion"
+        elif not self.skips:
+            decision = "still"
         elif t - last >= self.stationary_interval_s - _TIME_TOLERANCE_S and self._live(settle):
             decision = "stationary"
         else:
             return "skip"
         self._last_sent_t = t
         return decision
+
+    def focus(self, decision: GateDecision) -> np.ndarray | None:
+        """Where plates can be in the frame just decided (``Frame.focus``): what moved, for a
+        "motion" frame; nothing yet for a "stationary" or "still" one (the live plates are
+        added where they are known, streamer/pipeline/camera.py; with none, the whole frame);
+        None, anywhere, for the first frame of a session or with ``regions`` off."""
+        if not self.regions or decision in ("first", "skip"):
+            return None
+        if decision in ("stationary", "still"):
+            return _NO_BOXES
+        return self.detector.last_boxes
 
     def _live(self, settle: Callable[[], None] | None) -> bool:
         if settle is not None:

@@ -130,7 +130,8 @@ class Session:
             if not shared.current(self._generation):
                 return
         gate = source.motion_gate
-        if gate is not None and gate.check(frame, t, self._settle) == "skip":
+        decision = gate.check(frame, t, self._settle) if gate is not None else None
+        if decision == "skip":
             with shared.lock:
                 if self._generation == shared.generation:
                     shared.stats.skipped_no_motion += 1
@@ -149,6 +150,7 @@ class Session:
             wall_time=wall_time,
             monotonic=monotonic,
             pixels=frame,  # as decoded: sent as its YUV planes, BGR only if drawn
+            focus=None if gate is None or decision is None else gate.focus(decision),
         )
         with shared.stall.waiting():
             queued = source.queue.put_threadsafe(item, shared.stop)

@@ -8,16 +8,27 @@ Results are taken in frame order (the tracker needs order) even though Triton
 may answer out of order. A frame whose inference fails is counted and skipped.
 After each frame the motion gate's ``TrackSignal`` is told whether a track lives and that
 the frame is answered: a file played as fast as possible waits on it (streamer/ingest/motion.py).
+
+A frame's ``focus`` (where plates can be: what moved, from the motion gate) gets the boxes
+of the camera's tracks as the answer to the frame sent ``max_in_flight`` frames before it
+left them (:class:`TrackHistory`), and the focus of the frames sent since then, whose
+answers that does not include yet: a vehicle that stops just after it is found stays looked
+at. A live camera's newest frame also gets the focus of the frames it replaced. Wherever one
+of those is None (the whole frame), so is the frame's.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
+
+import numpy as np
 
 from streamer.domain.frames import Frame, FrameResult, PlateReading
 from streamer.inference.client import InferenceError
@@ -54,6 +65,43 @@ OnPasses = Callable[[list[PlatePass]], Awaitable[None]]
 OnResult = Callable[[FrameResult], None]
 #: Told how each track ended (streamer/tracking/plate_pass.py, ``TrackFate``).
 OnFate = Callable[[TrackFate], None]
+
+
+class TrackHistory:
+    """Where a camera's tracks were after each answered frame, kept for the focus of the
+    frame sent ``lag`` frames later.
+
+    Not the tracks as they are when a frame is sent: that depends on how many answers the
+    collector has taken by then, so a file played as fast as possible would be looked at
+    differently on a fast and a slow machine. With ``lag`` the camera's cap on frames in
+    flight, the answer needed is (almost always) in already when the frame gets its permit.
+    """
+
+    def __init__(self, lag: int) -> None:
+        self.lag = lag
+        self._boxes: deque[np.ndarray] = deque(maxlen=lag + 1)
+        self._recorded = 0
+        self._new = asyncio.Event()
+
+    def record(self, boxes: np.ndarray) -> None:
+        """The tracks' boxes after the next frame sent was answered (or failed)."""
+        self._boxes.append(boxes)
+        self._recorded += 1
+        self._new.set()
+
+    async def for_frame(self, sent: int) -> np.ndarray:
+        """The boxes for the frame sent ``sent``-th (0-based): after the answer to the frame
+        ``lag`` before it, waiting for that answer; none for the first ``lag`` frames."""
+        wanted = sent - self.lag
+        if wanted < 0:
+            return _NO_BOXES
+        while self._recorded <= wanted:
+            self._new.clear()
+            await self._new.wait()
+        return self._boxes[wanted - (self._recorded - len(self._boxes))]
+
+
+_NO_BOXES = np.zeros((0, 4), np.float32)
 
 
 @dataclass
@@ -105,7 +153,13 @@ class CameraPipeline:
         """
         # In-flight requests in frame order; the scheduler caps them at max_in_flight.
         in_order: asyncio.Queue[_InFlight | None] = asyncio.Queue(self.max_in_flight)
-        collector = asyncio.create_task(self._collect(in_order), name=f"{self.camera}-collect")
+        history = TrackHistory(self.max_in_flight)
+        # What moved in the frames sent since the answer the tracks come from: a plate found
+        # there (moving, or uncovered and then still) is looked at until its track is known.
+        recent: deque[np.ndarray | None] = deque(maxlen=self.max_in_flight)
+        collector = asyncio.create_task(
+            self._collect(in_order, history), name=f"{self.camera}-collect"
+        )
         feeder = asyncio.current_task()
         feeding = True
 
@@ -116,10 +170,21 @@ class CameraPipeline:
 
         collector.add_done_callback(collector_done)
         last_sent: int | None = None
+        sent = 0
         try:
             while (frame := await self.queue.get()) is not None:
                 permit = await self.inference.acquire(self.camera)
                 frame = self._freshest(frame)
+                moved = frame.focus
+                if moved is not None:
+                    try:
+                        tracks = await history.for_frame(sent)
+                    except BaseException:
+                        permit.release()
+                        raise
+                    frame = _look_also_at(frame, [*recent, tracks])
+                recent.append(moved)
+                sent += 1
                 last_sent = frame.index
                 sent_at = time.monotonic()
                 task = asyncio.create_task(
@@ -154,20 +219,28 @@ class CameraPipeline:
         await self.on_passes([*self.passes.flush(), *self.passes.take_withheld()])
 
     def _freshest(self, frame: Frame) -> Frame:
-        """A live camera sends the newest frame it has; files (``wait`` policy) send in order."""
+        """A live camera sends the newest frame it has; files (``wait`` policy) send in order.
+        The newest also looks where the frames it replaced saw motion."""
         if self.queue.policy != "drop_oldest":
             return frame
+        replaced: list[np.ndarray | None] = []
         while (newer := self.queue.poll()) is not None:
             self.stats.superseded += 1
+            replaced.append(frame.focus)
             frame = newer
+        if replaced:
+            return _look_also_at(frame, replaced)
         return frame
 
-    async def _collect(self, in_order: asyncio.Queue[_InFlight | None]) -> None:
+    async def _collect(
+        self, in_order: asyncio.Queue[_InFlight | None], history: TrackHistory
+    ) -> None:
         while (item := await in_order.get()) is not None:
             frame, task, sent_at = item
             try:
                 plates = await task
             except InferenceError as exc:
+                history.record(self.passes.track_boxes())
                 self.stats.failed += 1
                 if self.metrics is not None:
                     self.metrics.triton_errors.labels(exc.kind).inc()
@@ -186,6 +259,7 @@ class CameraPipeline:
             if self.on_result is not None:
                 self.on_result(result)
             passes = [*self.passes.update(result), *self.passes.take_withheld()]
+            history.record(self.passes.track_boxes())
             if self.tracks is not None:
                 self.tracks.set(self.passes.live_tracks > 0)
                 self.tracks.done(frame.index)
@@ -206,3 +280,15 @@ class CameraPipeline:
             kept.append(plate)
         self.stats.filtered += len(plates) - len(kept)
         return tuple(kept)
+
+
+def _look_also_at(frame: Frame, boxes: list[np.ndarray | None]) -> Frame:
+    """``frame`` with its focus extended by ``boxes``; any None (anywhere) makes it None."""
+    if frame.focus is None:
+        return frame
+    if any(b is None for b in boxes):
+        return dataclasses.replace(frame, focus=None)
+    extra = [b for b in boxes if b is not None and len(b)]
+    if not extra:
+        return frame
+    return dataclasses.replace(frame, focus=np.concatenate([frame.focus, *extra]))

@@ -127,7 +127,8 @@ class Cameras(Mapping[str, Camera]):
         # Live sources drop the oldest waiting frame when inference falls behind;
         # files played as fast as possible wait instead, so no frame is lost.
         queue = FrameQueue(FRAME_QUEUE_SIZE, "drop_oldest" if live else "wait")
-        gate = MotionGate.from_config(config.motion) if config.motion.enabled else None
+        motion = config.motion
+        gate = MotionGate.from_config(motion) if motion.enabled or motion.regions else None
         source = CameraSource(
             config.name,
             config.url,

@@ -185,6 +185,12 @@ class PassDetector:
         faint detection of the background keeps nothing sent."""
         return sum(1 for tid in self._tracker.track_ids if not self._tracker.is_weak(tid))
 
+    def track_boxes(self) -> np.ndarray:
+        """Every track's box as the tracker holds it (x1, y1, x2, y2 rows, float32 [K, 4]):
+        where this camera's plates were at the latest answer (a frame's ``focus``)."""
+        boxes = [self._tracker.predicted_box(tid) for tid in self._tracker.track_ids]
+        return np.array(boxes, np.float32).reshape(-1, 4)
+
     def update(self, result: FrameResult) -> list[PlatePass]:
         """Process one frame's reads; returns the passes decided (or corrected) at this frame."""
         frame = result.frame

@@ -88,6 +88,8 @@ def test_cpu_openvino_build_writes_ir_and_python_backend_configs(tmp_path: Path)
     assert list(detector.input[0].dims) == [3, 320, 320]
     stn = load_config(out / "stn" / "config.pbtxt")
     assert stn.parameters["INFERENCE_NUM_THREADS"].string_value == "1"
+    # A 480x480 region would cost more than a 320x320 whole frame: none is built.
+    assert not (out / "detector_region").exists()
     info = json.loads((out / "build_info.json").read_text())
     assert info["runtime"] == "openvino" and info["precision"] == "bf16"
     assert info["precision_hints"] == {"detector": "bf16", "stn": "f32", "lprnet": "f32"}

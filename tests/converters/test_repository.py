@@ -13,6 +13,7 @@ from converters.cli import main
 from converters.model_config import DEFAULT_INPUT_HW, load_config
 
 MODELS = ("detector", "stn", "lprnet", "plate_recognition")
+WITH_REGIONS = (*MODELS, "detector_region")
 
 
 def _tree(root: Path) -> dict[str, bytes]:
@@ -57,8 +58,16 @@ def test_gpu_target_is_libtorch_with_dynamic_batching(tmp_path: Path) -> None:
     assert (out / "plate_recognition" / "1" / "model.py").is_file()
     assert (out / "plate_recognition" / "1" / "plate_ops.py").is_file()
     assert [g.count for g in bls.instance_group] == [2]  # the GPU target's default
-    assert [i.name for i in bls.input] == ["image", "image_i420"]
+    assert [i.name for i in bls.input] == ["image", "image_i420", "focus"]
     assert all(i.optional for i in bls.input)
+    # The same detector for regions of the whole frame's input, at the default 480x480.
+    region = load_config(out / "detector_region" / "config.pbtxt")
+    assert region.platform == "pytorch_libtorch"
+    assert list(region.input[0].dims) == [3, 480, 480]
+    assert list(region.output[0].dims) == [5, 4725]
+    assert bls.parameters["region_detector_model"].string_value == "detector_region"
+    assert bls.parameters["region_input_height"].string_value == "480"
+    assert bls.parameters["region_max_batch_size"].string_value == str(region.max_batch_size)
 
 
 def test_cpu_target_is_python_backend_running_torchscript(tmp_path: Path) -> None:
@@ -80,7 +89,7 @@ def test_cpu_target_is_python_backend_running_torchscript(tmp_path: Path) -> Non
     assert [g.count for g in load_config(out / "stn" / "config.pbtxt").instance_group] == [1]
     bls_path = out / "plate_recognition" / "config.pbtxt"
     assert [g.count for g in load_config(bls_path).instance_group] == [1]
-    assert sorted(p.name for p in out.iterdir()) == sorted([*MODELS, "build_info.json"])
+    assert sorted(p.name for p in out.iterdir()) == sorted([*WITH_REGIONS, "build_info.json"])
     # A rebuild replaces the previous one cleanly (no leftovers, no staging folders).
     options = ["--input-size", "640", "--cpu-detector-instances", "3"]
     options += ["--cpu-detector-threads", "2", "--bls-instances", "3"]
@@ -88,13 +97,29 @@ def test_cpu_target_is_python_backend_running_torchscript(tmp_path: Path) -> Non
         main(["build", "--target", "cpu", "--runtime", "torchscript", "--out", str(out), *options])
         == 0
     )
-    assert sorted(p.name for p in out.iterdir()) == sorted([*MODELS, "build_info.json"])
+    assert sorted(p.name for p in out.iterdir()) == sorted([*WITH_REGIONS, "build_info.json"])
     assert not list(tmp_path.glob(".*building*"))
     detector_config = load_config(out / "detector" / "config.pbtxt")
     assert list(detector_config.input[0].dims) == [3, 640, 640]
     assert [g.count for g in detector_config.instance_group] == [3]
     assert detector_config.parameters["torch_threads"].string_value == "2"
     assert [g.count for g in load_config(bls_path).instance_group] == [3]
+    # Without a region detector, the one an earlier build made goes, and the BLS is told.
+    no_regions = ["--input-size", "640", "--region-size", "0"]
+    assert main(["build", "--runtime", "torchscript", "--out", str(out), *no_regions]) == 0
+    assert sorted(p.name for p in out.iterdir()) == sorted([*MODELS, "build_info.json"])
+    assert load_config(bls_path).parameters["region_detector_model"].string_value == ""
+
+
+@pytest.mark.parametrize("size", ["33", "-32", "32", "big"])
+def test_region_size_must_be_0_or_a_multiple_of_32(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], size: str
+) -> None:
+    with pytest.raises(SystemExit) as stop:
+        main(["build", "--out", str(tmp_path / "repo"), "--region-size", size])
+    assert stop.value.code == 2
+    assert "--region-size" in capsys.readouterr().err
+    assert not (tmp_path / "repo").exists()
 
 
 @pytest.mark.parametrize(

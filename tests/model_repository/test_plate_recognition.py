@@ -18,6 +18,7 @@ from tritonclient.grpc import InferInput, InferRequestedOutput, InferResult
 from converters import assets
 from converters.paths import import_plate_ops
 from streamer.tracking.plate_formats import PlateFormats
+from tests.triton_stats import inference_counts
 
 plate_ops = import_plate_ops()
 
@@ -254,6 +255,76 @@ def test_a_malformed_yuv_request_gets_an_error_and_the_stream_goes_on(
 ) -> None:
     cat = cv2.imread(str(_media("cat.jpeg")))
     results = asyncio.run(_stream(triton_server.grpc_url, [request_of(), _request(cat, "after")]))
+    result, error = results["bad"]
+    assert result is None and error is not None and message in error, error
+    result, error = results["after"]
+    assert error is None and result is not None and _plates(result) == []
+
+
+def _focus_request(frame: np.ndarray, request_id: str, focus: np.ndarray) -> dict[str, Any]:
+    request = _request(frame, request_id)
+    tensor = InferInput("focus", list(focus.shape), "FP32")
+    tensor.set_data_from_numpy(focus.astype(np.float32))
+    return {**request, "inputs": [*request["inputs"], tensor]}
+
+
+def _inference_count(url: str, model: str) -> int:
+    return inference_counts(url, model)[model]
+
+
+def test_a_focus_on_the_plate_reads_it_on_a_region_alone(triton_server: Any) -> None:
+    """Focus boxes around the van's plate: the region detector finds it where the whole-frame
+    pass does, and the whole-frame detector is not run. A focus far from it (top right) does
+    not find it, and what that region finds, the whole frame finds too. No focus, or one
+    larger than a region, gets the whole frame."""
+    car = _car_1920x1080()
+    url = triton_server.grpc_url
+    region_before = _inference_count(url, "detector_region")
+    full_before = _inference_count(url, "detector")
+    on_plate = _focus_request(car, "plate", SEED_BOX[None] + [-20, -10, 20, 10])
+    elsewhere = _focus_request(car, "elsewhere", np.array([[1500, 50, 1600, 120]]))
+    results = asyncio.run(_stream(url, [on_plate, elsewhere]))
+    assert _inference_count(url, "detector_region") == region_before + 2
+    assert _inference_count(url, "detector") == full_before
+
+    result, error = results["plate"]
+    assert error is None and result is not None, error
+    near = [p for p in _plates(result) if np.abs(p[0] - SEED_BOX).max() <= 10]
+    # The region's box is within 3 px of the whole frame's; C and O swap on boxes that close
+    # (the MANIFEST's note on this plate).
+    assert [p[2] for p in near] in (["B840CK197"], ["B840OK197"]), near
+    result, error = results["elsewhere"]
+    assert error is None and result is not None, error
+    found_elsewhere = _plates(result)
+
+    whole = _focus_request(car, "whole", np.array([[0, 0, 1900, 1000]]))
+    none = _focus_request(car, "none", np.zeros((0, 4)))
+    results = asyncio.run(_stream(url, [whole, none]))
+    assert _inference_count(url, "detector") == full_before + 2
+    for rid in ("whole", "none"):
+        result, error = results[rid]
+        assert error is None and result is not None, error
+        whole_frame = _plates(result)
+        assert SEED_TEXT in [p[2] for p in whole_frame]
+    assert all(np.abs(p[0] - SEED_BOX).max() > 100 for p in found_elsewhere)
+    for plate in found_elsewhere:
+        assert any(np.abs(plate[0] - w[0]).max() <= 5 for w in whole_frame), found_elsewhere
+
+
+@pytest.mark.parametrize(
+    ("focus", "message"),
+    [
+        (np.zeros((2, 3)), "unexpected shape"),  # Triton checks the shape first
+        (np.array([[10, 10, 5, 20]]), "x2 >= x1"),
+        (np.array([[np.nan, 0, 1, 1]]), "finite"),
+    ],
+)
+def test_a_malformed_focus_gets_an_error_and_the_stream_goes_on(
+    triton_server: Any, focus: np.ndarray, message: str
+) -> None:
+    cat = cv2.imread(str(_media("cat.jpeg")))
+    requests = [_focus_request(cat, "bad", focus), _request(cat, "after")]
+    results = asyncio.run(_stream(triton_server.grpc_url, requests))
     result, error = results["bad"]
     assert result is None and error is not None and message in error, error
     result, error = results["after"]

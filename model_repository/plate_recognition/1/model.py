@@ -6,6 +6,9 @@ it, half the bytes; full-range samples say so with the request parameter
 ``yuv_range: "full"``):
     [I420 -> BGR] -> letterbox -> detector -> head decode + NMS -> crops -> stn -> lprnet
     -> CTC decode
+With the optional input ``focus`` (FP32 [K, 4] boxes in frame pixels: where plates can be,
+what moved and the live plates) and a region detector in the repository, the detector runs
+on the regions around them instead, when that is cheaper than the whole frame (``regions.py``).
 and one response with the outputs ``boxes`` [N, 4] (x1, y1, x2, y2 in frame
 pixels), ``det_scores`` [N], ``texts`` [N], ``text_scores`` [N], ``char_probs``
 [N, L, A] (per character of each text, the probability of each character of
@@ -39,6 +42,7 @@ from typing import Any
 
 import numpy as np
 import plate_ops
+import regions
 import triton_python_backend_utils as pb_utils
 
 
@@ -108,6 +112,13 @@ class TritonPythonModel:
                 int(params["detector_input_height"]),
                 int(params["detector_input_width"]),
             )
+            # A second detector, for regions around the focus boxes ("": none was built).
+            self.region_detector = params.get("region_detector_model", "")
+            self.region_hw = (
+                int(params.get("region_input_height", "0")),
+                int(params.get("region_input_width", "0")),
+            )
+            self.region_batch = int(params.get("region_max_batch_size", "1"))
             self.head_layout = params.get("detector_head_layout", "auto")
             self.detector_batch = int(params.get("detector_max_batch_size", "1"))
             self.recogniser_batch = int(params.get("recogniser_max_batch_size", "32"))
@@ -169,12 +180,19 @@ class TritonPythonModel:
             raise RequestError(str(exc)) from exc
 
         deadline.check("letterbox")
-        detector_input, transform = await asyncio.to_thread(
-            plate_ops.letterbox, frame, self.input_hw
+        letterboxed, transform = await asyncio.to_thread(
+            plate_ops.letterbox_image, frame, self.input_hw
         )
-        await deadline.check_with_client("detector")
-        head = await self._infer(self.detector, detector_input[None], deadline)
-        detections = await asyncio.to_thread(self._postprocess, head[0], transform, frame.shape)
+        plan = self._plan(request, transform)
+        if plan is None:
+            detector_input = await asyncio.to_thread(plate_ops.to_input, letterboxed)
+            await deadline.check_with_client("detector")
+            head = await self._infer(self.detector, detector_input[None], deadline)
+            detections = await asyncio.to_thread(self._postprocess, head[0], transform, frame.shape)
+        else:
+            detections = await self._detect_regions(
+                letterboxed, plan, transform, frame.shape, deadline
+            )
         if len(detections) == 0:
             return self._response(
                 detections,
@@ -191,6 +209,57 @@ class TritonPythonModel:
         texts, text_scores = plate_ops.ctc_greedy_decode(logits)
         char_probs = plate_ops.char_probabilities(logits)
         return self._response(detections, texts, text_scores, char_probs)
+
+    def _plan(self, request: Any, transform: plate_ops.Letterbox) -> list[regions.Region] | None:
+        """The regions to detect on, from the request's ``focus``; None: the whole frame."""
+        focus = pb_utils.get_input_tensor_by_name(request, "focus")
+        if focus is None or not self.region_detector:
+            return None
+        try:
+            boxes = regions.validate_focus(focus.as_numpy())
+        except ValueError as exc:
+            raise RequestError(str(exc)) from exc
+        # Into the letterboxed input's pixels, where the regions are windows.
+        boxes = boxes * transform.scale + [transform.pad_x, transform.pad_y] * 2
+        return regions.plan_regions(
+            boxes, self.input_hw, self.region_hw, max_regions=self.region_batch
+        )
+
+    async def _detect_regions(
+        self,
+        letterboxed: np.ndarray,
+        plan: list[regions.Region],
+        transform: plate_ops.Letterbox,
+        frame_shape: tuple[int, ...],
+        deadline: _Deadline,
+    ) -> plate_ops.Detections:
+        """The region detector on each window of the letterboxed frame (one batch), boxes
+        back in frame pixels, and one NMS over them all: a plate seen in two overlapping
+        windows is kept once."""
+
+        def prepare() -> np.ndarray:  # only the windows become float tensors
+            return np.stack([plate_ops.to_input(region.cut(letterboxed)) for region in plan])
+
+        batch = await asyncio.to_thread(prepare)
+        await deadline.check_with_client("detector")
+        heads = await self._infer(self.region_detector, batch, deadline)
+
+        def merge() -> plate_ops.Detections:
+            found = []
+            for head, region in zip(heads, plan, strict=True):
+                detections = plate_ops.decode_head(head, self.conf_threshold, self.head_layout)
+                detections.boxes[:, [0, 2]] += region.x
+                detections.boxes[:, [1, 3]] += region.y
+                found.append(detections)
+            merged = plate_ops.non_max_suppression(
+                plate_ops.Detections.concatenate(found), self.iou_threshold, self.max_plates
+            )
+            merged.boxes = plate_ops.unletterbox_boxes(
+                merged.boxes, transform, (frame_shape[0], frame_shape[1])
+            )
+            return merged
+
+        return await asyncio.to_thread(merge)
 
     def _postprocess(
         self, head: np.ndarray, transform: plate_ops.Letterbox, frame_shape: tuple[int, ...]

@@ -77,6 +77,16 @@ class Detections:
     def select(self, index: np.ndarray) -> Detections:
         return Detections(self.boxes[index], self.scores[index], self.class_ids[index])
 
+    @classmethod
+    def concatenate(cls, parts: list[Detections]) -> Detections:
+        if not parts:
+            return cls.empty()
+        return cls(
+            np.concatenate([p.boxes for p in parts]),
+            np.concatenate([p.scores for p in parts]),
+            np.concatenate([p.class_ids for p in parts]),
+        )
+
 
 def validate_frame(frame: np.ndarray) -> None:
     """Raise ``ValueError`` naming the problem unless ``frame`` is a non-empty HxWx3 uint8 image."""
@@ -134,6 +144,15 @@ def letterbox(frame_bgr: np.ndarray, input_hw: tuple[int, int]) -> tuple[np.ndar
 
     Returns the detector input (float32, 3xHxW, RGB, 0..1) and the transform.
     """
+    padded, transform = letterbox_image(frame_bgr, input_hw)
+    return to_input(padded), transform
+
+
+def letterbox_image(
+    frame_bgr: np.ndarray, input_hw: tuple[int, int]
+) -> tuple[np.ndarray, Letterbox]:
+    """The letterboxed frame as an image (uint8, HxWx3, BGR), before :func:`to_input`: a
+    window of it gives the very pixels of the same window of the whole input."""
     in_h, in_w = input_hw
     h, w = frame_bgr.shape[:2]
     scale = min(in_h / h, in_w / w)
@@ -148,10 +167,15 @@ def letterbox(frame_bgr: np.ndarray, input_hw: tuple[int, int]) -> tuple[np.ndar
     padded = cv2.copyMakeBorder(
         resized, top, bottom, left, right, cv2.BORDER_CONSTANT, value=(LETTERBOX_PAD_VALUE,) * 3
     )
-    rgb = cv2.cvtColor(padded, cv2.COLOR_BGR2RGB)
+    return padded, Letterbox(scale=scale, pad_x=float(left), pad_y=float(top))
+
+
+def to_input(image_bgr: np.ndarray) -> np.ndarray:
+    """A BGR image (uint8, HxWx3) as the detector's input: float32, 3xHxW, RGB, 0..1."""
+    rgb = cv2.cvtColor(np.ascontiguousarray(image_bgr), cv2.COLOR_BGR2RGB)
     tensor = np.ascontiguousarray(rgb.transpose(2, 0, 1), dtype=np.float32)
     tensor *= 1.0 / 255.0
-    return tensor, Letterbox(scale=scale, pad_x=float(left), pad_y=float(top))
+    return tensor
 
 
 def detect_head_layout(output: np.ndarray) -> Literal["v5", "v8"]:

@@ -71,7 +71,7 @@ async def test_decoded_frames_go_as_their_yuv_planes(triton_server: EmbeddedTrit
                 )
     try:
         await recognizer.wait_ready(30)
-        assert recognizer.sends_i420
+        assert recognizer.inputs.i420 and recognizer.inputs.focus
         results = await asyncio.gather(*(recognizer.recognise(f) for f in frames))
     finally:
         await recognizer.close()

@@ -16,11 +16,12 @@ from streamer.domain.frames import AVCOL_RANGE_JPEG, Frame
 from streamer.inference.messages import (
     I420_INPUT,
     OUTPUTS,
+    ModelInputs,
+    focus_input,
     frame_request,
     image_input,
     is_deadline_error,
     parse_answer,
-    takes_i420,
     timeout_us,
 )
 from tests.footage import YARD_CLIP
@@ -131,8 +132,24 @@ def test_other_pictures_go_as_bgr(frame: Callable[[], Frame]) -> None:
     assert sent.tensor.shape() == [picture.height, picture.width, 3]
 
 
-def test_takes_i420_reads_the_model_metadata() -> None:
+def test_the_optional_inputs_are_read_from_the_model_metadata() -> None:
     image = {"name": "image", "datatype": "UINT8", "shape": ["-1", "-1", "3"]}
     planes = {"name": "image_i420", "datatype": "UINT8", "shape": ["-1", "-1"]}
-    assert takes_i420({"name": "plate_recognition", "inputs": [image, planes]})
-    assert not takes_i420({"name": "plate_recognition", "inputs": [image]})
+    focus = {"name": "focus", "datatype": "FP32", "shape": ["-1", "4"]}
+    every = ModelInputs.of({"name": "plate_recognition", "inputs": [image, planes, focus]})
+    assert every == ModelInputs(i420=True, focus=True)
+    assert ModelInputs.of({"name": "plate_recognition", "inputs": [image]}) == ModelInputs()
+
+
+def test_a_frames_focus_goes_as_its_boxes_and_none_goes_without() -> None:
+    picture = np.zeros((48, 64, 3), np.uint8)
+    boxes = np.array([[1, 2, 30, 40], [5, 6, 7, 8]], np.float32)
+    with_focus = Frame("cam", 0, 0.0, 0.0, 0.0, picture, focus=boxes)
+    tensor = focus_input(with_focus)
+    assert tensor is not None and tensor.name() == "focus" and tensor.datatype() == "FP32"
+    assert tensor.shape() == [2, 4]
+    request = frame_request("plate_recognition", "cam:0:0", image_input(with_focus, False), tensor)
+    assert [t.name() for t in request["inputs"]] == ["image", "focus"]
+    # No focus (anywhere), or no boxes yet: no input, so the model looks at the whole frame.
+    for focus in (None, np.zeros((0, 4), np.float32)):
+        assert focus_input(Frame("cam", 0, 0.0, 0.0, 0.0, picture, focus=focus)) is None

@@ -27,6 +27,7 @@ from streamer.ingest.frame_queue import FrameQueue
 from streamer.ingest.motion import MotionDetector, MotionGate, TrackSignal, small_gray
 from streamer.ingest.source import CameraSource
 from tests.footage import YARD_CLIP, YARD_FPS, encode_yard, sample_times
+from tests.triton_stats import inference_counts
 
 FRAME = (1920, 1080)  # the frame the synthetic 320x180 images stand for
 SMALL = (180, 320)
@@ -80,6 +81,24 @@ def test_a_moving_block_is_motion() -> None:
     assert detector.last_area >= DEFAULTS["min_area"]
     # The reference moved on to the latest frame with motion: the block standing there is still.
     assert detector.update(_with_block(scene, 112, 80), FRAME) is False
+
+
+def test_the_boxes_of_what_moved_are_in_frame_pixels() -> None:
+    detector = _detector()
+    scene = _scene()
+    detector.update(scene, FRAME)
+    # Two blocks appear: 20x20 at (100, 80) and (250, 20) of the 320x180 image (6x scale).
+    assert detector.update(_with_block(_with_block(scene, 100, 80), 250, 20), FRAME)
+    boxes = sorted(detector.last_boxes.tolist())
+    assert len(boxes) == 2
+    for box, (x, y) in zip(boxes, [(100, 80), (250, 20)], strict=True):
+        # The block, grown by the blur and the dilation by a few small-image pixels.
+        assert x * 6 - 30 <= box[0] <= x * 6 and y * 6 - 30 <= box[1] <= y * 6
+        assert (x + 20) * 6 <= box[2] <= (x + 20) * 6 + 30
+        assert (y + 20) * 6 <= box[3] <= (y + 20) * 6 + 30
+    # Still: no boxes; a reset (or the first image): none either, the whole frame is unknown.
+    assert not detector.update(_with_block(_with_block(scene, 100, 80), 250, 20), FRAME)
+    assert detector.last_boxes.shape == (0, 4)
 
 
 def test_motion_inside_the_mask_is_ignored_outside_it_is_not() -> None:
@@ -204,6 +223,25 @@ def test_gate_rereads_a_still_scene_with_a_live_track_at_the_interval() -> None:
     assert gate.decide(_with_block(scene, 100, 80), FRAME, 5.4) == "stationary"
     tracks.set(False)  # the track ended: a still scene is skipped again
     assert gate.decide(_with_block(scene, 100, 80), FRAME, 9.0) == "skip"
+
+
+def test_gate_gives_each_sent_frame_its_focus() -> None:
+    tracks = TrackSignal()
+    gate = MotionGate(_detector(), stationary_interval_s=1.0, tracks=tracks, regions=True)
+    scene = _scene()
+    assert gate.focus(gate.decide(scene, FRAME, 0.0)) is None  # first: anywhere
+    moved = _with_block(scene, 100, 80)
+    assert gate.decide(moved, FRAME, 0.2) == "motion"
+    focus = gate.focus("motion")
+    assert focus is not None and focus.shape == (1, 4) and 570 <= focus[0, 0] <= 600
+    tracks.set(True)
+    assert gate.decide(moved, FRAME, 1.2) == "stationary"
+    stationary = gate.focus("stationary")  # nothing moved: only the tracks, added later
+    assert stationary is not None and stationary.shape == (0, 4)
+    off = MotionGate(_detector(), stationary_interval_s=1.0, tracks=tracks)
+    off.decide(scene, FRAME, 0.0)
+    assert off.decide(moved, FRAME, 0.2) == "motion"
+    assert off.focus("motion") is None  # regions off: always the whole frame
 
 
 def test_gate_treats_time_going_back_as_a_new_stretch() -> None:
@@ -429,14 +467,15 @@ def still_then_clip(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 async def _run_service(
-    tmp_path: Path, clip: Path, triton: EmbeddedTriton, gating: bool
+    tmp_path: Path, clip: Path, triton: EmbeddedTriton, gating: bool, regions: bool = False
 ) -> tuple[list[dict], Service, str]:
-    events_file = tmp_path / f"events-{gating}.jsonl"
-    config = tmp_path / f"motion-{gating}.yaml"
+    events_file = tmp_path / f"events-{gating}-{regions}.jsonl"
+    config = tmp_path / f"motion-{gating}-{regions}.yaml"
+    motion = f"{{enabled: {str(gating).lower()}, regions: {str(regions).lower()}}}"
     config.write_text(
         "cameras:\n"
         f"  - name: yard\n    url: '{clip}'\n    sample_fps: 5\n    realtime: false\n"
-        f"    motion: {{enabled: {str(gating).lower()}}}\n"
+        f"    motion: {motion}\n"
         # One frame at a time: the same frames give the same reads, run after run.
         f"triton: {{url: '{triton.grpc_url}', max_in_flight_per_camera: 1}}\n"
         f"events: {{stdout: false, file: '{events_file}'}}\n"
@@ -492,3 +531,35 @@ async def test_gating_skips_the_still_stretch_and_gives_the_same_events(
             f'lpr_passes_withheld_total{{camera="yard",reason="{reason}"}} {count:.1f}'
             in exposition
         )
+
+
+@needs_ffmpeg
+@pytest.mark.parametrize("gating", [True, False])
+async def test_detecting_on_regions_gives_the_same_events(
+    tmp_path: Path, still_then_clip: Path, triton_server: EmbeddedTriton, gating: bool
+) -> None:
+    """The service with ``motion.regions`` on (the default) gives the events of whole-frame
+    detection, while the frames with vehicles go to the region detector instead of the
+    whole-frame one: with the gate on, and off (every frame sent, the motion check only
+    placing the regions)."""
+    url = triton_server.grpc_url
+    whole, _, _ = await _run_service(tmp_path, still_then_clip, triton_server, gating)
+    before = inference_counts(url, "detector", "detector_region")
+    regions, service, _ = await _run_service(
+        tmp_path, still_then_clip, triton_server, gating, regions=True
+    )
+    after = inference_counts(url, "detector", "detector_region")
+
+    def texts(events: list[dict]) -> list[tuple]:
+        return sorted((e["text"], e["first_seen"]["stream_time_s"]) for e in events)
+
+    assert whole, "no event: the clip part should show plates"
+    assert texts(regions) == texts(whole)
+    sent = service.cameras["yard"].pipeline.stats.sent
+    detected_whole = after["detector"] - before["detector"]
+    windows = after["detector_region"] - before["detector_region"]
+    print(f"{sent} frames sent: {detected_whole} detected whole, {windows} windows")
+    # The clip's 14 frames with vehicles: 10 or more on windows alone. (With the gate off, the
+    # still stretch's frames, where nothing moves and no track is, are detected whole.)
+    clip_frames = CLIP_FRAMES // 3
+    assert windows >= 10 and detected_whole <= sent - 10 and sent >= clip_frames

@@ -1,13 +1,16 @@
-"""Region of interest and minimum plate width, on the pipeline's own filter."""
+"""Region of interest and minimum plate width, on the pipeline's own filter; the tracks'
+boxes a frame's focus gets."""
 
 from __future__ import annotations
 
 import asyncio
 
+import numpy as np
+
 from streamer.domain.frames import Frame, PlateReading
 from streamer.inference.scheduler import Permit
 from streamer.ingest.frame_queue import FrameQueue
-from streamer.pipeline.camera import CameraPipeline
+from streamer.pipeline.camera import CameraPipeline, TrackHistory
 from streamer.tracking.passes import PassDetector
 
 
@@ -60,3 +63,31 @@ def test_run_ends_with_the_queue() -> None:
     pipeline.queue.close()
     asyncio.run(asyncio.wait_for(pipeline.run(), 5))
     assert pipeline.stats.sent == 0
+
+
+def test_track_history_gives_each_frame_the_tracks_a_fixed_lag_before_it() -> None:
+    """Frame n gets the tracks as the answer to frame n - lag left them, however far the
+    answers have got by the time it is sent: none for the first ``lag`` frames; a frame whose
+    answer is not in yet waits for it."""
+
+    def boxes(n: int) -> np.ndarray:
+        return np.full((1, 4), float(n), np.float32)
+
+    async def main() -> None:
+        history = TrackHistory(lag=2)
+        assert (await history.for_frame(0)).shape == (0, 4)
+        assert (await history.for_frame(1)).shape == (0, 4)
+        history.record(boxes(0))
+        history.record(boxes(1))  # answers in before frame 2 is sent: only frame 0's counts
+        assert (await history.for_frame(2))[0, 0] == 0.0
+        history.record(boxes(2))
+        history.record(boxes(3))
+        assert (await history.for_frame(4))[0, 0] == 2.0
+        assert (await history.for_frame(5))[0, 0] == 3.0
+        waiting = asyncio.create_task(history.for_frame(6))  # needs frame 4's answer
+        await asyncio.sleep(0.01)
+        assert not waiting.done()
+        history.record(boxes(4))
+        assert (await asyncio.wait_for(waiting, 1))[0, 0] == 4.0
+
+    asyncio.run(main())

@@ -45,7 +45,7 @@ async def test_a_killed_embedded_triton_is_restarted_and_frames_are_answered_aga
         stubs = python_stubs(old_pid)
         # One stub per model instance (instance_group in each model's config.pbtxt).
         names = {name.rsplit("_", 2)[0] for name in stubs.values()}
-        assert names == {"detector", "lprnet", "plate_recognition", "stn"}, stubs
+        assert names == {"detector", "detector_region", "lprnet", "plate_recognition", "stn"}, stubs
         assert "lprnet_0_0" in stubs.values()
         assert triton.dead_stubs == []
         lprnet = next(p for p, name in stubs.items() if name == "lprnet_0_0")
