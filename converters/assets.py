@@ -460,7 +460,10 @@ def _fetch_one(
         temps.remove(staged)
         _remember(target, digest)
         if progress:
-            progress(f"{a.path}: ok, sha256 {digest[:12]}..., saved to {target}")
+            progress(
+                f"{a.path}: ok, sha256 {digest[:12]}..., saved to {target} "
+                f"(licence: {a.license or 'not stated'})"
+            )
         return target
     finally:
         for p in temps:
@@ -513,7 +516,7 @@ def fetch(
             try:
                 paths.append(verify(a, base))
                 if progress:
-                    progress(f"{a.path}: present, sha256 ok")
+                    progress(f"{a.path}: present, sha256 ok (licence: {a.license or 'not stated'})")
                 continue
             except AssetError:
                 if not force:

@@ -21,8 +21,7 @@ import pytest
 
 import converters.assets as assets_mod
 from converters.assets import ASSETS, Asset, AssetError, default_assets_dir, fetch, resolve, verify
-
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
+from streamer.ops.paths import PROJECT_ROOT
 
 
 def sha(data: bytes) -> str:
@@ -114,10 +113,16 @@ PAYLOAD = os.urandom(300_000)
 
 
 def test_download_verifies_and_reports_progress(server: Server, tmp_path: Path) -> None:
-    a = Asset("weights/x.bin", sha(PAYLOAD), server.serve("/x.bin", PAYLOAD))
+    url = server.serve("/x.bin", PAYLOAD)
+    a = Asset("weights/x.bin", sha(PAYLOAD), url, license="AGPL-3.0")
     lines: list[str] = []
     (path,) = fetch([a], tmp_path, progress=lines.append, timeout_s=5)
     assert path == tmp_path / "weights" / "x.bin"
+    # Where a file is fetched, its licence is said (the detector's weights are AGPL-3.0).
+    assert lines[-1].endswith("(licence: AGPL-3.0)")
+    again: list[str] = []
+    fetch([a], tmp_path, progress=again.append, timeout_s=5)
+    assert again == ["weights/x.bin: present, sha256 ok (licence: AGPL-3.0)"]
     assert path.read_bytes() == PAYLOAD
     assert verify(a, tmp_path) == path
     assert listing(tmp_path) == ["weights/x.bin"]  # no temp files left
