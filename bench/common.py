@@ -21,8 +21,8 @@ from typing import Any
 import psutil
 
 from converters import assets
+from streamer.ops.paths import PROJECT_ROOT
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = PROJECT_ROOT / "bench" / "results"
 CLIP_NAME = "yard_cam.ts"
 CLIP_FPS = 15.0  # yard_cam.ts: 1920x1080 H.264, 15 fps, 8 s, one GOP

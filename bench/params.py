@@ -13,7 +13,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-BLS_MODEL = "plate_recognition"
+from streamer.ops.paths import BLS_MODEL
+
 CALLEES = ("detector", "stn", "lprnet")
 _PARAMETER = re.compile(r'key:\s*"(\w+)",\s*value:\s*\{\s*string_value:\s*"([^"]*)"')
 # Threads per instance: ``torch_threads`` (TorchScript) or ``INFERENCE_NUM_THREADS`` (OpenVINO).

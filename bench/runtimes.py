@@ -47,7 +47,7 @@ from bench.common import (
     tree_cpu_by_label,
 )
 from converters.model_config import DEFAULT_INPUT_HW
-from converters.paths import MODEL_REPOSITORY
+from converters.paths import BLS_MODEL, MODEL_REPOSITORY
 from streamer.tracking.tracker import iou_matrix
 
 OUTPUTS = ("boxes", "det_scores", "texts")
@@ -115,7 +115,7 @@ def run_pass(url: str, frames: Sequence[np.ndarray], in_flight: int) -> tuple[fl
             tensor = grpcclient.InferInput("image", list(frame.shape), "UINT8")
             tensor.set_data_from_numpy(frame)
             client.async_stream_infer(
-                "plate_recognition",
+                BLS_MODEL,
                 [tensor],
                 request_id=str(index),
                 outputs=[grpcclient.InferRequestedOutput(name) for name in OUTPUTS],

@@ -46,6 +46,7 @@ from tritonclient.utils import InferenceServerException
 from converters import assets
 from converters.paths import MODEL_REPOSITORY, import_plate_ops
 from streamer.inference.embedded.server import EmbeddedTriton
+from streamer.ops.paths import BLS_MODEL
 
 warnings.filterwarnings("ignore", message="`torch.jit", category=FutureWarning)
 
@@ -53,7 +54,6 @@ plate_ops = import_plate_ops()
 
 THREADS = 2
 FRAME_WH = (1920, 1080)
-BLS_MODEL = "plate_recognition"
 BLS_OUTPUTS = ("boxes", "det_scores", "texts", "text_scores")
 IN_FLIGHT = (1, 4)
 STREAM_TIMEOUT_S = 120.0

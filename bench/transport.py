@@ -52,6 +52,7 @@ from streamer.inference.client import PlateRecognizer
 from streamer.inference.embedded.server import EmbeddedTriton
 from streamer.inference.messages import frame_request, image_input
 from streamer.inference.scheduler import scheduler_for
+from streamer.ops.paths import BLS_MODEL
 
 PATHS = ("bgr", "yuv")
 #: What the streamer writes per 1080p frame on each path, from the code: the BGR conversion
@@ -76,7 +77,7 @@ def _pictures(step: int, count: int) -> Iterator[tuple[int, av.VideoFrame]]:
 
 def request_bytes(frame: Frame, i420: bool) -> int:
     """The size of the serialised gRPC request of ``frame`` on one path."""
-    request = frame_request("plate_recognition", "cam:0:0", image_input(frame, i420))
+    request = frame_request(BLS_MODEL, "cam:0:0", image_input(frame, i420))
     message = _get_inference_request(
         model_name=request["model_name"],
         inputs=request["inputs"],

@@ -7,9 +7,9 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+from streamer.ops.paths import BLS_MODEL, PROJECT_ROOT
+
 MODEL_REPOSITORY = PROJECT_ROOT / "model_repository"
-BLS_MODEL = "plate_recognition"
 BLS_CODE_DIR = MODEL_REPOSITORY / BLS_MODEL / "1"
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 

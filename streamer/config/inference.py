@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import Field, ValidationInfo, field_validator
 
 from streamer.config.base import Section, config_path, empty_to_none, quote
-from streamer.ops.paths import DEFAULT_MODEL_REPOSITORY
+from streamer.ops.paths import BLS_MODEL, DEFAULT_MODEL_REPOSITORY
 
 ModelRepositoryPath = config_path(DEFAULT_MODEL_REPOSITORY)
 
@@ -83,7 +83,7 @@ class TritonConfig(Section):
         description="gRPC keepalive: a ping not answered within this closes the connection.",
     )
     model: str = Field(
-        "plate_recognition",
+        BLS_MODEL,
         min_length=1,
         max_length=128,
         pattern=r"^[A-Za-z0-9_.-]+$",

@@ -55,6 +55,7 @@ from streamer.inference.messages import (
 )
 from streamer.inference.model_errors import ModelErrors
 from streamer.inference.scheduler import FairScheduler, Permit, scheduler_for
+from streamer.ops.paths import BLS_MODEL
 
 if TYPE_CHECKING:
     from streamer.pipeline.supervisor import Supervisor
@@ -110,7 +111,7 @@ class PlateRecognizer:
     def __init__(
         self,
         url: str,
-        model: str = "plate_recognition",
+        model: str = BLS_MODEL,
         *,
         scheduler: FairScheduler | None = None,
         request_timeout_s: float = 10.0,

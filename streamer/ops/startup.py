@@ -12,11 +12,13 @@ import errno
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from streamer.ops.paths import BLS_MODEL
+
 if TYPE_CHECKING:  # imported only where it is started (see streamer/inference/embedded/)
     from streamer.inference.embedded.errors import TritonStartError
 
 #: The model every streamer request goes to; its config marks a built repository.
-BLS_CONFIG = Path("plate_recognition") / "config.pbtxt"
+BLS_CONFIG = Path(BLS_MODEL) / "config.pbtxt"
 
 
 class StartupError(Exception):
