@@ -464,6 +464,9 @@ class Service:
     def history(self) -> EventStore | None:
         return self.store
 
+    def keeps_history(self) -> bool:
+        return self.settings.storage.enabled
+
     def shards(self) -> dict[str, Any]:
         names = [c.name for c in self.settings.enabled_cameras]
         return {"shard": str(self.shard), "cameras": self.shard.map(names)}

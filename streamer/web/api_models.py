@@ -102,19 +102,11 @@ class EventDetail(Event):
 
 
 class EventPage(Model):
-    """A page of a search of the history, newest first."""
+    """A page of events, newest first: of a search of the history, or without one, of the
+    recent events kept in memory."""
 
     limit: int
     next_cursor: str | None = Field(description="The cursor of the next page; null: the last.")
-    events: list[Event]
-
-
-class RecentPage(Model):
-    """The recent events kept in memory (the service keeps no history), newest first."""
-
-    total: int
-    offset: int
-    limit: int
     events: list[Event]
 
 

@@ -6,7 +6,8 @@
   ``alert`` (true or false), ``withheld`` (false, the default: the reported passes; true:
   the withheld ones, ``plate.withheld``; any: both), ``limit`` and ``cursor`` (the
   ``next_cursor`` of the page before: pages hold every event once, however many arrive while
-  paging). Without a history: the recent events, ``offset`` and ``limit``.
+  paging). Without a history: the recent events kept in memory, ``limit`` and ``cursor``; the
+  same page either way (``limit``, ``next_cursor``, ``events``).
 * ``GET /api/events/{id}``: one pass (withheld or not), its latest version and every version
   (``versions``).
 * ``GET /api/events/{id}/crop.jpg`` and ``/frame.jpg``: the plate, the vehicle.
@@ -16,6 +17,9 @@
   one pass (streamer/store/erasure.py); what was taken out, as JSON, never the plate.
 
 Answers are shaped by the models of streamer/web/api_models.py (the OpenAPI document's).
+While a service that keeps a history has not opened it yet (it opens after Triton, some
+seconds after a start), every one of these answers 503 with ``Retry-After``: never an empty
+search of a history that holds the plate, nor an erasure that misses it.
 
 Events carry ``crop_url`` (and ``frame_url`` when the vehicle picture was kept).
 """
@@ -34,12 +38,21 @@ from aiohttp import web
 
 from streamer.delivery.events import PlateEvent
 from streamer.domain.picture_links import picture_urls
-from streamer.store.base import DEFAULT_LIMIT, MAX_LIMIT, CursorError, EventQuery, StoredEvent
-from streamer.web.api_models import Erased, Event, EventDetail, EventPage, RecentPage, dump
+from streamer.store.base import (
+    DEFAULT_LIMIT,
+    MAX_LIMIT,
+    CursorError,
+    EventQuery,
+    EventStore,
+    StoredEvent,
+)
+from streamer.web.api_models import Erased, Event, EventDetail, EventPage, dump
 from streamer.web.auth import same_origin
 from streamer.web.errors import json_error
 from streamer.web.view_source import ViewSource
 
+#: Retry-After (seconds) while the history is not open yet.
+HISTORY_RETRY_S = 2
 #: The recent events (no history): a page, by default and at most.
 RECENT_PAGE_DEFAULT = 50
 RECENT_PAGE_MAX = 200
@@ -67,6 +80,17 @@ class HistoryRoutes:
     def __init__(self, view: ViewSource) -> None:
         self.view = view
 
+    def history(self) -> EventStore | None:
+        """The history, None when the service keeps none; a 503 while it is not open yet."""
+        store = self.view.history()
+        if store is None and self.view.keeps_history():
+            raise json_error(
+                web.HTTPServiceUnavailable,
+                "the event history is not open yet (the service is starting)",
+                **{"Retry-After": str(HISTORY_RETRY_S)},
+            )
+        return store
+
     def add_to(self, router: web.UrlDispatcher) -> None:
         router.add_get("/api/events", self.events)
         router.add_get("/api/events.csv", self.export)
@@ -81,18 +105,20 @@ class HistoryRoutes:
         plate = request.query.get("plate", "")
         if not _PLATE.match(plate) or not any(ch.isalnum() for ch in plate):
             raise json_error(web.HTTPBadRequest, "plate: 1 to 16 letters, digits, spaces or dashes")
+        self.history()
         erased = await self.view.erase(plate=plate, trigger="api")
         return web.json_response(dump(Erased, {"erased": erased}))
 
     async def erase_event(self, request: web.Request) -> web.Response:
         _refuse_other_origins(request)
+        self.history()
         erased = await self.view.erase(event_id=_pass_id(request), trigger="api")
         if not any(erased.values()):
             raise json_error(web.HTTPNotFound, "no such event")
         return web.json_response(dump(Erased, {"erased": erased}))
 
     async def events(self, request: web.Request) -> web.Response:
-        store = self.view.history()
+        store = self.history()
         if store is None:
             return self._recent(request)
         query = parse_query(request)
@@ -113,7 +139,7 @@ class HistoryRoutes:
 
     async def export(self, request: web.Request) -> web.StreamResponse:
         """The search as CSV (see the module docstring), page by page from the history."""
-        store = self.view.history()
+        store = self.history()
         query = parse_query(request)
         if store is None:
             raise json_error(web.HTTPNotFound, "this service keeps no history to export")
@@ -142,24 +168,29 @@ class HistoryRoutes:
         return response
 
     def _recent(self, request: web.Request) -> web.Response:
-        offset = int_param(request, "offset", 0, 0, 10**9)
+        """A page of the recent events, in the search's shape: its cursor is where the next
+        page starts (a count of newer events; they shift as new ones arrive)."""
         limit = int_param(request, "limit", RECENT_PAGE_DEFAULT, 1, RECENT_PAGE_MAX)
+        cursor = request.query.get("cursor", "")
+        if cursor and not _UINT.match(cursor):
+            raise json_error(web.HTTPBadRequest, "cursor: the next_cursor of the page before")
+        start = int(cursor or 0)
         events = self.view.recent_events()[::-1]  # newest first
+        end = start + limit
         return web.json_response(
             dump(
-                RecentPage,
+                EventPage,
                 {
-                    "total": len(events),
-                    "offset": offset,
                     "limit": limit,
-                    "events": [event_dict(e) for e in events[offset : offset + limit]],
+                    "next_cursor": str(end) if end < len(events) else None,
+                    "events": [event_dict(e) for e in events[start:end]],
                 },
             )
         )
 
     async def event(self, request: web.Request) -> web.Response:
         event_id = _event_id(request)
-        store = self.view.history()
+        store = self.history()
         stored = await store.get(_pass_id(request)) if store is not None else None
         if stored is not None:
             detail = {**stored_dict(stored), "versions": stored.versions}
@@ -174,7 +205,7 @@ class HistoryRoutes:
         recent = self.view.event(event_id)
         if recent is not None:  # a correction's own crop, or no history
             return _jpeg(recent.crop_jpeg)
-        store = self.view.history()
+        store = self.history()
         jpeg = await store.crop(_pass_id(request)) if store is not None else None
         if jpeg is None:
             raise json_error(web.HTTPNotFound, "no such event")
@@ -182,7 +213,7 @@ class HistoryRoutes:
 
     async def frame(self, request: web.Request) -> web.Response:
         event_id = _event_id(request)
-        store = self.view.history()
+        store = self.history()
         jpeg = await store.frame(_pass_id(request)) if store is not None else None
         if jpeg is None:
             recent = self.view.event(event_id)

@@ -105,7 +105,6 @@ _LINK = [
 
 def _paths() -> dict[str, PathItem]:
     page = {"200": _binary("text/html", "The page")}
-    events_page = Schema(oneOf=[_ref(m.EventPage), _ref(m.RecentPage)])
     return {
         "/": PathItem(get=_op("The live view", page)),
         "/events": PathItem(get=_op("The events page", page)),
@@ -170,19 +169,13 @@ def _paths() -> dict[str, PathItem]:
         "/api/events": PathItem(
             get=_op(
                 "Search the history, newest first (without one: the recent events)",
-                {"200": _json(events_page)},
+                {"200": _json(m.EventPage)},
                 parameters=[
                     *_SEARCH,
                     _param(
                         "limit", "query", Schema(type="integer", minimum=1, maximum=MAX_LIMIT), ""
                     ),
                     _param("cursor", "query", Schema(type="string"), "next_cursor of a page"),
-                    _param(
-                        "offset",
-                        "query",
-                        Schema(type="integer", minimum=0, maximum=10**9),
-                        "Without a history: events to skip",
-                    ),
                 ],
             ),
             delete=_op(

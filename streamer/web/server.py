@@ -239,7 +239,7 @@ class WebServer:
         info = {
             "version": __version__,
             "login": self._token is not None,
-            "history": self.view.history() is not None,
+            "history": self.view.keeps_history(),
             "cameras": [status.name for status in self.view.camera_status()],
             "labels": self.view.labels(),
             "box_colors": BOX_COLORS,

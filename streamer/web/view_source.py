@@ -71,7 +71,12 @@ class ViewSource(Protocol):
         ...
 
     def history(self) -> EventStore | None:
-        """The event history to search, when the service keeps one (``storage:``)."""
+        """The event history to search, when the service keeps one (``storage:``) and it is
+        open."""
+        ...
+
+    def keeps_history(self) -> bool:
+        """Whether the service keeps a history (``storage.enabled``), open yet or not."""
         ...
 
     async def erase(

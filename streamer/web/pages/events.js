@@ -326,6 +326,10 @@
       state.nextCursor = null;
       $("results").replaceChildren();
       renderPager();
+      // 503: the history is not open yet (the service is starting): ask again shortly.
+      if (error.status === 503) {
+        setTimeout(() => { if (request === state.request) load(); }, 2000);
+      }
     } finally {
       if (request === state.request) $("results").removeAttribute("aria-busy");
     }

@@ -149,6 +149,9 @@ class ClipView:
     def history(self) -> None:
         return None  # the recent events only (the history is tested in tests/streamer/store/)
 
+    def keeps_history(self) -> bool:
+        return False
+
 
 def web_url(web: WebServer, path: str, host: str = "127.0.0.1") -> str:
     return f"http://{host}:{web.port}{path}"

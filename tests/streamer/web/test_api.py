@@ -1,6 +1,7 @@
 """The API of the running service, as its users meet it: signed picture links in webhook
-payloads, the login session, the CSV export, withheld passes searched apart, the OpenAPI
-document (validated; the service is fuzzed against it in test_api_fuzz.py)."""
+payloads, the login session, the CSV export, withheld passes searched apart, no answer from a
+history that is not open yet, the OpenAPI document (validated; the service is fuzzed against
+it in test_api_fuzz.py)."""
 
 from __future__ import annotations
 
@@ -10,20 +11,25 @@ import dataclasses
 import http.cookiejar
 import io
 import json
+import socket
 import time
 import urllib.error
 import urllib.request
 import uuid
+from pathlib import Path
 from typing import Any
 
 import cv2
 import numpy as np
 from openapi_spec_validator import validate
 
+from streamer.config import StorageConfig
 from streamer.delivery.events import PlateEvent, build_event
+from streamer.store.base import open_event_store
 from streamer.web.openapi import document
 from tests.plate_passes import a_pass
-from tests.streamer.web.running_service import TOKEN, RunningService
+from tests.streamer.web.running_service import CLIP, TOKEN, RunningService, running_service
+from tests.webhook_receiver import make_event
 
 BEARER = {"Authorization": f"Bearer {TOKEN}"}
 
@@ -235,3 +241,47 @@ def test_the_openapi_document_is_valid_and_generated_from_the_models(
     status, _, body = send(f"{running.base}/api/events?limit=1", headers=BEARER)
     (event,) = json.loads(body)["events"]
     assert set(schemas["Event"]["required"]) <= set(event) <= set(schemas["Event"]["properties"])
+
+
+def test_the_events_api_answers_503_until_the_history_is_open(tmp_path: Path) -> None:
+    """Right after a start, while the history is not open yet (it opens once Triton is ready,
+    or once waiting for it gives up: here Triton is down), a search answers 503 with
+    Retry-After, never an empty page of a history that holds the plate; then the stored
+    event. An erasure is refused the same way, so it cannot miss the history."""
+    history = tmp_path / "history.db"
+    stored = make_event("yard")
+
+    async def keep() -> None:
+        store = await open_event_store(StorageConfig(path=history))
+        try:
+            await store.add(stored)
+        finally:
+            await store.close()
+
+    asyncio.run(keep())
+    with socket.socket() as probe:  # a port nothing listens on: Triton is down
+        probe.bind(("127.0.0.1", 0))
+        down = probe.getsockname()[1]
+    config = (
+        f"cameras:\n  - {{name: yard, url: '{CLIP}', sample_fps: 1}}\n"
+        f"triton: {{url: '127.0.0.1:{down}', connect_timeout_s: 4}}\n"
+        f"storage: {{path: '{history}'}}\n"
+        "events: {stdout: false}\nmetrics: {enabled: false}\n"
+        f"web: {{port: 0, token: {TOKEN}}}\n"
+    )
+    search = f"/api/events?plate={stored.text}"
+    with running_service(tmp_path / "service.yaml", config, "unused-secret") as running:
+        status, headers, body = send(running.base + search, headers=BEARER)
+        assert status == 503, body
+        assert headers["Content-Type"].startswith("application/problem+json")
+        assert int(headers["Retry-After"]) >= 1
+        assert "not open yet" in json.loads(body)["detail"]
+        erase = send(running.base + search, "DELETE", BEARER)
+        assert erase[0] == 503
+        deadline = time.monotonic() + 60
+        while (answer := send(running.base + search, headers=BEARER))[0] == 503:
+            assert time.monotonic() < deadline, "the history never opened"
+            time.sleep(0.5)
+        status, _, body = answer
+        assert status == 200, body
+        assert [e["event_id"] for e in json.loads(body)["events"]] == [stored.event_id]
