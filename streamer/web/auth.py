@@ -47,7 +47,7 @@ def refuse_exposure(host: str, token: str | None) -> None:
     if token is None and host.lower() not in LOOPBACK_HOSTS:
         raise WebSecurityError(
             f"web.host is {host!r}, not 127.0.0.1/::1/localhost: set web.token "
-            "(e.g. token: ${LPR_WEB_TOKEN}) so that the live view, the API and the "
+            "(e.g. token: ${WEB_TOKEN}) so that the live view, the API and the "
             "streams are not open to anyone who can reach that address"
         )
 

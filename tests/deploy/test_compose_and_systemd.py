@@ -205,3 +205,37 @@ def test_no_unit_or_manifest_opens_the_metrics_port_to_every_interface() -> None
                 if str(port).endswith(":9108"):
                     host = str(port).rsplit(":", 2)[0]
                     assert host in ("127.0.0.1", "${LPR_METRICS_BIND:-127.0.0.1}"), (name, port)
+
+
+def _variables(*configs: Path) -> set[str]:
+    """Every ``${NAME}`` the configs use, in comments too (a user uncomments them)."""
+    names: set[str] = set()
+    for config in configs:
+        names |= set(re.findall(r"\$\{([A-Z_][A-Z0-9_]*)", config.read_text()))
+    return names - {"VAR"}  # (the syntax's own placeholder in the comments)
+
+
+def _passed(compose: Path, service: str) -> set[str]:
+    """The variables a compose service passes through from the shell or .env."""
+    document = yaml.safe_load(compose.read_text())
+    entries: list[str] = []
+    spec = document["services"][service]
+    for part in (spec, *(document.get(k, {}) for k in document if k.startswith("x-"))):
+        if isinstance(part, dict) and "environment" in part:
+            entries += part["environment"]
+    return {entry.split("=", 1)[0] for entry in entries}
+
+
+def test_compose_passes_every_variable_the_shipped_configs_use() -> None:
+    """A config that uses ${MQTT_PASSWORD} (or any other) starts in compose as written: the
+    streamer container gets each variable the shipped configs name."""
+    docker = PROJECT / "docker"
+    wanted = _variables(docker / "config.example.yaml", PROJECT / "configs" / "reference.yaml")
+    assert {"CAM_PASSWORD", "WEB_TOKEN", "MQTT_PASSWORD"} <= wanted
+    assert wanted - _passed(docker / "docker-compose.yml", "streamer") == set()
+    scale_out = COMPOSE / "docker-compose.yml"
+    document = yaml.safe_load(scale_out.read_text())
+    replicas = [name for name in document["services"] if name.startswith("streamer")]
+    assert replicas
+    for name in replicas:
+        assert _variables(COMPOSE / "site.yaml") - _passed(scale_out, name) == set(), name

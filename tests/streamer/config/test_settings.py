@@ -79,7 +79,7 @@ def test_reference_config_loads_and_shows_the_defaults() -> None:
     assert SECRET in gate.url and SECRET in exit_lane.url
     assert gate.redacted_url.startswith("rtsp://***:***@192.168.1.64:554/")
     assert settings.triton.url == "triton-gpu:8001"
-    assert settings.web.token is None  # ${LPR_WEB_TOKEN:-} unset
+    assert settings.web.token is None  # ${WEB_TOKEN:-} unset
     # The reference claims to show the defaults: hold it to that.
     defaults = CameraConfig(name=gate.name, url=gate.url)
     assert gate == defaults
