@@ -140,4 +140,5 @@ def test_the_gpu_overlay_asks_for_a_gpu_on_gpu_nodes() -> None:
     pod = gpu["spec"]["template"]["spec"]
     assert pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 1
     assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
-    assert pod["containers"][0]["image"] == "lpr-triton:0.1.0-gpu"
+    # The image docs/kubernetes.md builds (no tag of its own: nothing would build one).
+    assert pod["containers"][0]["image"] == "lpr-triton:0.1.0"
