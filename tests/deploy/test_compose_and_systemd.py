@@ -239,3 +239,19 @@ def test_compose_passes_every_variable_the_shipped_configs_use() -> None:
     assert replicas
     for name in replicas:
         assert _variables(COMPOSE / "site.yaml") - _passed(scale_out, name) == set(), name
+
+
+def test_the_remote_triton_compose_runs_the_streamer_alone() -> None:
+    """docker-compose.remote.yml: the streamer of docker-compose.yml (extended: the same
+    image, volumes, variables), no local Triton to start or wait for, TRITON_URL required."""
+    remote_file = PROJECT / "docker" / "docker-compose.remote.yml"
+    remote = yaml.safe_load(remote_file.read_text())
+    assert list(remote["services"]) == ["streamer"]
+    streamer = remote["services"]["streamer"]
+    assert streamer["extends"] == {"file": "docker-compose.yml", "service": "streamer"}
+    assert "depends_on" not in streamer  # (extends never copies depends_on)
+    assert any(e.startswith("TRITON_URL=${TRITON_URL:?") for e in streamer["environment"])
+    base = yaml.safe_load((PROJECT / "docker" / "docker-compose.yml").read_text())
+    assert set(remote["volumes"]) <= set(base["volumes"])
+    example = (PROJECT / "docker" / "config.example.yaml").read_text()
+    assert "${TRITON_URL" in example  # the config it runs takes the URL from there
