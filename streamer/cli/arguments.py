@@ -1,11 +1,29 @@
 """argparse ``type=`` functions shared by the command lines (``python -m streamer`` and
 ``python -m converters``): a bad value is a usage error that argparse reports naming the
-option, exit code 2."""
+option, exit code 2; and the config file of a command, whose errors are exit code 2 too."""
 
 from __future__ import annotations
 
 import argparse
 import math
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from streamer.config import Settings
+
+
+def settings_or_exit(path: Path) -> Settings:
+    """The config at ``path``; a config that does not load is printed (the file, the key, the
+    reason) and ends the command with exit code 2."""
+    from streamer.config import ConfigError, load_config  # (not for the converters' CLI)
+
+    try:
+        return load_config(path)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def positive_int(text: str) -> int:

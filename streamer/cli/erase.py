@@ -24,7 +24,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from streamer.config import ConfigError, Settings, load_config
+from streamer.cli.arguments import settings_or_exit
+from streamer.config import Settings
 from streamer.delivery.outbox import Outbox, OutboxError
 from streamer.store import erasure
 from streamer.store.base import StoreError, open_event_store
@@ -44,11 +45,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        settings = load_config(args.config)
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    settings = settings_or_exit(args.config)
     if args.plate is not None and not any(ch.isalnum() for ch in args.plate):
         print("error: --plate has no letter or digit", file=sys.stderr)
         return 2

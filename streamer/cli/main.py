@@ -14,6 +14,9 @@ once, as fast as possible, and score the events against the truth (streamer/cli/
 Exit 0 with the report (whatever the scores), 1 when a clip never delivered a frame, Triton
 answered none or the service could not start, 2 a bad config, truth or usage.
 
+``python -m streamer check --config FILE``: the config, each camera (probed), each Triton
+and each sink, one line each, exit 1 when one fails (streamer/cli/check.py).
+
 ``python -m streamer recognise FILE``: read a video or image file, send sampled
 frames to the ``plate_recognition`` model and print one JSON line per plate
 found. With no ``--triton-url`` an embedded CPU Triton is started on
@@ -44,8 +47,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from streamer.cli import deadletters, erase, recognise
-from streamer.cli.arguments import non_negative_seconds
+from streamer.cli import check, deadletters, erase, recognise
+from streamer.cli.arguments import non_negative_seconds, settings_or_exit
 from streamer.delivery.consumers import CATCH_UP_TIMEOUT_S
 from streamer.ops.allocator import tune_allocator
 from streamer.ops.logs import setup_logging
@@ -135,14 +138,9 @@ class _Version(argparse.Action):
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from streamer.app import Service
-    from streamer.config import ConfigError, load_config
     from streamer.ops.startup import StartupError
 
-    try:
-        settings = load_config(args.config)
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    settings = settings_or_exit(args.config)
     setup_logging(args.log_level or settings.log.level, settings.log.format)
     tune_allocator()  # before the cameras' threads start
     try:
@@ -242,6 +240,7 @@ def build_parser() -> Parser:
         "trailing number, as a StatefulSet names its pods); default $LPR_SHARD, else all",
     )
     run.set_defaults(func=_cmd_run)
+    check.add_parser(sub)
     deadletters.add_parser(sub)
     erase.add_parser(sub)
     recognise.add_parser(sub)
@@ -280,6 +279,9 @@ def main(argv: list[str] | None = None) -> int:
                 return 2
             args.log_level = args.log_level.upper()
         setup_logging(args.log_level or "INFO")
-        return int(args.func(args))
+        try:
+            return int(args.func(args))
+        except SystemExit as exc:  # a command's own exit (a config that does not load: 2)
+            return exc.code if isinstance(exc.code, int) else 1
     except KeyboardInterrupt:
         return 130

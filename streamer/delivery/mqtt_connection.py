@@ -81,6 +81,37 @@ def plain_password(config: MqttConfig) -> bool:
     return config.password is not None and not config.tls.enabled and not local
 
 
+def new_client(
+    config: MqttConfig, *, v5: bool, identifier: str | None, will: aiomqtt.Will | None
+) -> aiomqtt.Client:
+    """An aiomqtt client for ``config`` (TLS, credentials, timeouts), not yet connected."""
+    tls = config.tls
+    tls_params = None
+    if tls.enabled:
+        tls_params = aiomqtt.TLSParameters(
+            ca_certs=str(tls.ca_file) if tls.ca_file else None,
+            certfile=str(tls.cert_file) if tls.cert_file else None,
+            keyfile=str(tls.key_file) if tls.key_file else None,
+            cert_reqs=ssl.CERT_REQUIRED,
+        )
+    password = config.password.get_secret_value() if config.password is not None else None
+    return aiomqtt.Client(
+        config.host,
+        config.broker_port,
+        username=config.username,
+        password=password,
+        identifier=identifier,
+        protocol=aiomqtt.ProtocolVersion.V5 if v5 else aiomqtt.ProtocolVersion.V311,
+        will=will,
+        timeout=config.timeout_s,
+        keepalive=config.keepalive_s,
+        tls_params=tls_params,
+        tls_insecure=(not tls.check_hostname) if tls.enabled else None,
+        # Incoming messages are only our own retained discovery configs: a bounded queue.
+        max_queued_incoming_messages=1000,
+    )
+
+
 class MqttConnection:
     """The broker connection of one :class:`~streamer.config.MqttConfig`."""
 
@@ -126,31 +157,11 @@ class MqttConnection:
         return "5" if self._v5 else "3.1.1"
 
     def _new_client(self) -> aiomqtt.Client:
-        config = self.config
-        tls = config.tls
-        tls_params = None
-        if tls.enabled:
-            tls_params = aiomqtt.TLSParameters(
-                ca_certs=str(tls.ca_file) if tls.ca_file else None,
-                certfile=str(tls.cert_file) if tls.cert_file else None,
-                keyfile=str(tls.key_file) if tls.key_file else None,
-                cert_reqs=ssl.CERT_REQUIRED,
-            )
-        password = config.password.get_secret_value() if config.password is not None else None
-        return aiomqtt.Client(
-            config.host,
-            config.broker_port,
-            username=config.username,
-            password=password,
-            identifier=config.client_id,
-            protocol=aiomqtt.ProtocolVersion.V5 if self._v5 else aiomqtt.ProtocolVersion.V311,
+        return new_client(
+            self.config,
+            v5=self._v5,
+            identifier=self.config.client_id,
             will=aiomqtt.Will(self.status, OFFLINE, qos=1, retain=True),
-            timeout=config.timeout_s,
-            keepalive=config.keepalive_s,
-            tls_params=tls_params,
-            tls_insecure=(not tls.check_hostname) if tls.enabled else None,
-            # Incoming messages are only our own retained discovery configs: a bounded queue.
-            max_queued_incoming_messages=1000,
         )
 
     async def run(self) -> None:
