@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import platform
 import re
@@ -379,3 +380,27 @@ def run_meta(argv: Sequence[str]) -> dict[str, Any]:
         "ffmpeg": " ".join(tool_version(["ffmpeg", "-version"]).split()[:3]),
         "tritonclient": tritonclient,
     }
+
+
+def write_result(result: dict[str, Any], path: Path, argv: Sequence[str] | None) -> None:
+    """A study's result as JSON at ``path``, with :func:`run_meta` of its command line."""
+    result["meta"] = run_meta(sys.argv if argv is None else argv)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    log(f"wrote {path}")
+
+
+def inference_counts(url: str, *models: str) -> dict[str, int]:
+    """Requests each of ``models`` has executed so far on the Triton at ``url`` (its own
+    statistics: ``inference_count``, every version): which model served the frames."""
+    import tritonclient.grpc as grpcclient
+
+    client = grpcclient.InferenceServerClient(url)
+    try:
+        counts = {}
+        for model in models:
+            stats = client.get_inference_statistics(model, as_json=True)["model_stats"]
+            counts[model] = sum(int(s.get("inference_count", 0)) for s in stats)
+        return counts
+    finally:
+        client.close()

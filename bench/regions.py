@@ -25,17 +25,22 @@ to ``detector``), and the event texts of each run; a kind passes only with the s
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import tritonclient.grpc as grpcclient
-
 from bench.clips import offsets, rotated_clip
-from bench.common import RESULTS_DIR, Figure, count_frames, log, loop_clip, run_meta, source_clip
+from bench.common import (
+    RESULTS_DIR,
+    Figure,
+    count_frames,
+    inference_counts,
+    log,
+    loop_clip,
+    source_clip,
+    write_result,
+)
 from bench.service_run import ServiceSpec, run_service
 from converters.paths import MODEL_REPOSITORY
 from streamer.inference.embedded.server import EmbeddedTriton
@@ -47,16 +52,7 @@ DETECTORS = ("detector", "detector_region")
 
 
 def _requests(url: str) -> dict[str, int]:
-    """Requests each detector has executed so far (Triton's statistics), by model."""
-    client = grpcclient.InferenceServerClient(url)
-    try:
-        counts = {}
-        for model in DETECTORS:
-            stats = client.get_inference_statistics(model, as_json=True)["model_stats"]
-            counts[model] = sum(int(s.get("inference_count", 0)) for s in stats)
-        return counts
-    finally:
-        client.close()
+    return inference_counts(url, *DETECTORS)
 
 
 def clips(cameras: int, copies: int, folder: Path) -> list[Path]:
@@ -200,11 +196,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.rounds < 1 or args.cameras < 1 or args.copies < 1:
         parser.error("--rounds, --cameras and --copies must be at least 1")
     result = measure(args)
-    result["meta"] = run_meta(sys.argv if argv is None else argv)
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(result, indent=2) + "\n")
+    write_result(result, args.json, argv)
     print(report(result))
-    log(f"wrote {args.json}")
     return 0
 
 

@@ -24,9 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
-import json
 import statistics
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -40,10 +38,10 @@ from bench.common import (
     Figure,
     cpu_delta,
     log,
-    run_meta,
     self_cpu_s,
     source_clip,
     tree_cpu_by_label,
+    write_result,
 )
 from converters.paths import MODEL_REPOSITORY
 from streamer.config import TritonConfig
@@ -201,11 +199,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.rounds < 1 or args.frames < 1 or args.step < 1 or args.cameras < 1:
         parser.error("--rounds, --frames, --step and --cameras must be at least 1")
     result = asyncio.run(measure(args))
-    result["meta"] = run_meta(sys.argv if argv is None else argv)
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(result, indent=2) + "\n")
+    write_result(result, args.json, argv)
     print(report(result))
-    log(f"wrote {args.json}")
     return 0
 
 

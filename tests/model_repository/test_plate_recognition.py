@@ -15,10 +15,10 @@ import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as aioclient
 from tritonclient.grpc import InferInput, InferRequestedOutput, InferResult
 
+from bench.common import inference_counts
 from converters import assets
 from converters.paths import import_plate_ops
 from streamer.tracking.plate_formats import PlateFormats
-from tests.triton_stats import inference_counts
 
 plate_ops = import_plate_ops()
 

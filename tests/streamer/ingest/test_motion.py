@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 from prometheus_client import generate_latest
 
+from bench.common import inference_counts
 from streamer.app import Service
 from streamer.config import MotionConfig, load_config
 from streamer.domain.frames import Frame
@@ -27,7 +28,6 @@ from streamer.ingest.frame_queue import FrameQueue
 from streamer.ingest.motion import MotionDetector, MotionGate, TrackSignal, small_gray
 from streamer.ingest.source import CameraSource
 from tests.footage import YARD_CLIP, YARD_FPS, encode_yard, sample_times
-from tests.triton_stats import inference_counts
 
 FRAME = (1920, 1080)  # the frame the synthetic 320x180 images stand for
 SMALL = (180, 320)
