@@ -460,11 +460,12 @@ def test_the_new_phases_and_their_options_parse() -> None:
 
 
 def test_service_configs_keep_the_motion_gate_off_unless_asked(tmp_path: Path) -> None:
+    """Every frame sent and detected whole (phase D measures the regions), unless asked."""
     import yaml
 
     spec = ServiceSpec([Path("a.ts")], "127.0.0.1:1", 5.0)
     config = yaml.safe_load(write_config(spec, tmp_path / "off").read_text())
-    assert config["cameras"][0]["motion"] == {"enabled": False}
+    assert config["cameras"][0]["motion"] == {"enabled": False, "regions": False}
     spec.camera_extra = {"motion": {"enabled": True}}
     config = yaml.safe_load(write_config(spec, tmp_path / "on").read_text())
     assert config["cameras"][0]["motion"] == {"enabled": True}
