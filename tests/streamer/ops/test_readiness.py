@@ -48,7 +48,9 @@ async def test_a_failing_model_makes_the_service_not_ready_naming_it(
 ) -> None:
     config = tmp_path / "service.yaml"
     config.write_text(
-        f"cameras:\n  - {{name: yard, url: '{CLIP}', sample_fps: 5}}\n"
+        # Every frame to the whole-frame detector (no windows, which the region detector
+        # would still answer): each frame fails while it is unloaded, one run of errors.
+        f"cameras:\n  - {{name: yard, url: '{CLIP}', sample_fps: 5, motion: {{regions: false}}}}\n"
         f"triton: {{url: '{explicit_triton.grpc_url}'}}\n"
         "events: {stdout: false}\nmetrics: {port: 0}\nweb: {enabled: false}\n"
     )
