@@ -188,7 +188,9 @@ class TritonPythonModel:
             detector_input = await asyncio.to_thread(plate_ops.to_input, letterboxed)
             await deadline.check_with_client("detector")
             head = await self._infer(self.detector, detector_input[None], deadline)
-            detections = await asyncio.to_thread(self._postprocess, head[0], transform, frame.shape)
+            detections = await asyncio.to_thread(
+                self._postprocess, head, None, transform, frame.shape
+            )
         else:
             detections = await self._detect_regions(
                 letterboxed, plan, transform, frame.shape, deadline
@@ -233,9 +235,7 @@ class TritonPythonModel:
         frame_shape: tuple[int, ...],
         deadline: _Deadline,
     ) -> plate_ops.Detections:
-        """The region detector on each window of the letterboxed frame (one batch), boxes
-        back in frame pixels, and one NMS over them all: a plate seen in two overlapping
-        windows is kept once."""
+        """The region detector on each window of the letterboxed frame (one batch)."""
 
         def prepare() -> np.ndarray:  # only the windows become float tensors
             return np.stack([plate_ops.to_input(region.cut(letterboxed)) for region in plan])
@@ -244,32 +244,31 @@ class TritonPythonModel:
         await deadline.check_with_client("detector")
         heads = await self._infer(self.region_detector, batch, deadline)
 
-        def merge() -> plate_ops.Detections:
-            found = []
-            for head, region in zip(heads, plan, strict=True):
-                detections = plate_ops.decode_head(head, self.conf_threshold, self.head_layout)
-                detections.boxes[:, [0, 2]] += region.x
-                detections.boxes[:, [1, 3]] += region.y
-                found.append(detections)
-            merged = plate_ops.non_max_suppression(
-                plate_ops.Detections.concatenate(found), self.iou_threshold, self.max_plates
-            )
-            merged.boxes = plate_ops.unletterbox_boxes(
-                merged.boxes, transform, (frame_shape[0], frame_shape[1])
-            )
-            return merged
-
-        return await asyncio.to_thread(merge)
+        return await asyncio.to_thread(self._postprocess, heads, plan, transform, frame_shape)
 
     def _postprocess(
-        self, head: np.ndarray, transform: plate_ops.Letterbox, frame_shape: tuple[int, ...]
+        self,
+        heads: Any,
+        windows: list[regions.Region] | None,
+        transform: plate_ops.Letterbox,
+        frame_shape: tuple[int, ...],
     ) -> plate_ops.Detections:
-        detections = plate_ops.decode_head(head, self.conf_threshold, self.head_layout)
-        detections = plate_ops.non_max_suppression(detections, self.iou_threshold, self.max_plates)
-        detections.boxes = plate_ops.unletterbox_boxes(
-            detections.boxes, transform, (frame_shape[0], frame_shape[1])
+        """Raw head outputs -> detections in frame pixels: each head decoded (moved by its
+        window's origin, with ``windows``), one NMS over them all (a plate two overlapping
+        windows saw is kept once), then mapped out of the letterbox."""
+        found = []
+        for i, head in enumerate(heads):
+            detections = plate_ops.decode_head(head, self.conf_threshold, self.head_layout)
+            if windows is not None:
+                detections.boxes[:, [0, 2]] += windows[i].x
+                detections.boxes[:, [1, 3]] += windows[i].y
+            found.append(detections)
+        merged = found[0] if len(found) == 1 else plate_ops.Detections.concatenate(found)
+        merged = plate_ops.non_max_suppression(merged, self.iou_threshold, self.max_plates)
+        merged.boxes = plate_ops.unletterbox_boxes(
+            merged.boxes, transform, (frame_shape[0], frame_shape[1])
         )
-        return detections
+        return merged
 
     async def _recognise_crops(self, crops: np.ndarray, deadline: _Deadline) -> np.ndarray:
         """stn then lprnet, in chunks no larger than the callees' max batch size."""
