@@ -40,6 +40,7 @@ import tritonclient.grpc.aio as aioclient
 
 from streamer.cli.arguments import settings_or_exit
 from streamer.config import CameraConfig, MqttConfig, Settings
+from streamer.inference.client import short_error
 from streamer.ingest.decode import OpenTimeoutError, declared_rate, is_live, open_video
 from streamer.ops.build_info import BUILD_INFO_FILE
 from streamer.ops.redact import redact_text
@@ -127,7 +128,7 @@ async def _triton(url: str, settings: Settings) -> Finding:
     except TimeoutError:
         return Finding(False, item, f"no answer within {settings.triton.connect_timeout_s:g} s")
     except Exception as exc:  # the client's errors: unreachable, refused, bad address
-        return Finding(False, item, f"not reachable: {_first_line(exc)}")
+        return Finding(False, item, f"not reachable: {short_error(exc)}")
     finally:
         await client.close()
     inputs = [i["name"] for i in metadata.get("inputs", [])]
@@ -160,12 +161,12 @@ async def _camera(camera: CameraConfig, probe_s: float) -> Finding:
     except OpenTimeoutError as exc:
         return Finding(False, item, f"{camera.redacted_url}: {exc}")
     except av.error.FFmpegError as exc:  # (before ValueError: PyAV's errors are ValueErrors)
-        reason = getattr(exc, "strerror", None) or _first_line(exc)
+        reason = getattr(exc, "strerror", None) or short_error(exc)
         return Finding(False, item, f"{camera.redacted_url}: cannot open: {reason}")
     except ValueError as exc:  # no video stream, no frame decoded
         return Finding(False, item, f"{camera.redacted_url}: {exc}")
     except OSError as exc:
-        return Finding(False, item, f"{camera.redacted_url}: cannot open: {_first_line(exc)}")
+        return Finding(False, item, f"{camera.redacted_url}: cannot open: {short_error(exc)}")
     return Finding(True, item, detail)
 
 
@@ -240,7 +241,7 @@ async def _webhook(name: str, url: str, redacted: str) -> Finding:
     except TimeoutError:
         return Finding(False, item, f"{redacted}: no answer within {CONNECT_TIMEOUT_S:g} s")
     except (OSError, ssl.SSLError) as exc:
-        return Finding(False, item, f"{redacted}: cannot connect: {_first_line(exc)}")
+        return Finding(False, item, f"{redacted}: cannot connect: {short_error(exc)}")
     return Finding(True, item, f"{redacted}: the host takes connections")
 
 
@@ -275,12 +276,7 @@ async def _postgresql(dsn: str) -> Finding:
         connection = await asyncpg.connect(dsn, timeout=CONNECT_TIMEOUT_S)
     except (OSError, TimeoutError, asyncpg.PostgresError) as exc:
         return Finding(
-            False, "history", f"PostgreSQL refused or is unreachable: {_first_line(exc)}"
+            False, "history", f"PostgreSQL refused or is unreachable: {short_error(exc)}"
         )
     await connection.close(timeout=CONNECT_TIMEOUT_S)
     return Finding(True, "history", "PostgreSQL took the connection")
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__

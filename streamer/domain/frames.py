@@ -12,6 +12,8 @@ import numpy as np
 YUV420_FORMATS = ("yuv420p", "yuvj420p")
 #: FFmpeg's AVCOL_RANGE_JPEG: a frame's samples are full range (0-255).
 AVCOL_RANGE_JPEG = 2
+#: No boxes (float32 [0, 4]): a focus with nothing in it yet, a check that found no motion.
+NO_BOXES = np.zeros((0, 4), np.float32)
 
 
 def _full_range(picture: Any) -> bool:

@@ -84,6 +84,8 @@ from typing import TYPE_CHECKING, Any, Literal
 import cv2
 import numpy as np
 
+from streamer.domain.frames import NO_BOXES
+
 if TYPE_CHECKING:
     from streamer.config import MotionConfig
 
@@ -143,9 +145,6 @@ def small_gray(frame: Any, width: int = CHECK_WIDTH) -> np.ndarray:
     return image
 
 
-_NO_BOXES = np.zeros((0, 4), np.float32)
-
-
 def _frame_boxes(
     stats: np.ndarray, shape: tuple[int, ...], frame_size: tuple[int, int]
 ) -> np.ndarray:
@@ -189,7 +188,7 @@ class MotionDetector:
         self.last_area = 0.0
         #: The changed regions of at least ``min_area`` at the latest check, as x1, y1, x2, y2
         #: rows in *frame* pixels (float32 [K, 4]; none unless it found motion).
-        self.last_boxes = _NO_BOXES
+        self.last_boxes = NO_BOXES
         self._reference: np.ndarray | None = None
         self._keep: np.ndarray | None = None  # 255 where changes count, 0 where masked
         self._keep_key: tuple[tuple[int, int], tuple[int, int]] | None = None
@@ -198,7 +197,7 @@ class MotionDetector:
         """Forget the reference: the next image starts afresh (and counts as motion)."""
         self._reference = None
         self.last_area = 0.0
-        self.last_boxes = _NO_BOXES
+        self.last_boxes = NO_BOXES
 
     def update(self, gray: np.ndarray, frame_size: tuple[int, int]) -> bool:
         """Check ``gray`` (uint8, HxW) of a frame ``frame_size`` = (width, height) in pixels.
@@ -212,7 +211,7 @@ class MotionDetector:
             )
         blurred = cv2.GaussianBlur(gray, _BLUR_KERNEL, 0)
         reference = self._reference
-        self.last_boxes = _NO_BOXES
+        self.last_boxes = NO_BOXES
         if reference is None or reference.shape != blurred.shape:
             self._reference = blurred
             self.last_area = 1.0
@@ -410,7 +409,7 @@ class MotionGate:
         if not self.regions or decision in ("first", "skip"):
             return None
         if decision in ("stationary", "still"):
-            return _NO_BOXES
+            return NO_BOXES
         return self.detector.last_boxes
 
     def _live(self, settle: Callable[[], None] | None) -> bool:

@@ -30,7 +30,7 @@ from typing import Protocol
 
 import numpy as np
 
-from streamer.domain.frames import Frame, FrameResult, PlateReading
+from streamer.domain.frames import NO_BOXES, Frame, FrameResult, PlateReading
 from streamer.inference.client import InferenceError
 from streamer.inference.scheduler import Permit
 from streamer.ingest.frame_queue import FrameQueue
@@ -94,14 +94,11 @@ class TrackHistory:
         ``lag`` before it, waiting for that answer; none for the first ``lag`` frames."""
         wanted = sent - self.lag
         if wanted < 0:
-            return _NO_BOXES
+            return NO_BOXES
         while self._recorded <= wanted:
             self._new.clear()
             await self._new.wait()
         return self._boxes[wanted - (self._recorded - len(self._boxes))]
-
-
-_NO_BOXES = np.zeros((0, 4), np.float32)
 
 
 @dataclass
