@@ -15,6 +15,10 @@ RATE_TARGET = 0.9
 SHARE_TARGET = 0.8
 P99_TARGET = 2.0
 RSS_TARGET = 1.05
+#: What one more 1080p camera at 5 fps may add to the service's memory (issue 29): its
+#: decoder's pictures (about 27 MiB for H.264 High with B-frames, measured) and the frames
+#: it has waiting and in flight.
+RSS_PER_CAMERA_BUDGET_MIB = 40.0
 
 
 def bound(cameras: int, saturated_fps: float) -> float:
@@ -96,6 +100,7 @@ def ladder_figures(
     ]
     for runs in steps:
         figures.extend(step_figures(runs, sat, unloaded_s))
+    figures.extend(memory_per_camera(steps))
     wrong = [_sum(runs, "wrong_text_events") for runs in steps]
     events = [_sum(runs, "events") for runs in steps]
     figures.append(
@@ -288,6 +293,46 @@ def step_figures(
             )
         )
     return figures
+
+
+def memory_per_camera(steps: list[list[dict[str, Any]]]) -> list[Figure]:
+    """What each camera beyond the first adds to the service's RSS, from the 1-camera step to
+    the largest, round by round (the same round's runs), against the budget per camera."""
+    by_cameras = {runs[0]["cameras"]: runs for runs in steps if runs}
+    if 1 not in by_cameras or max(by_cameras) < 2:
+        return []
+    n = max(by_cameras)
+
+    def end_by_round(runs: list[dict[str, Any]]) -> dict[int, float]:
+        return {r["round"]: statistics.median(r["rss_end_mib"]) for r in runs}
+
+    one, many = end_by_round(by_cameras[1]), end_by_round(by_cameras[n])
+    rounds = sorted(one.keys() & many.keys())
+    added = [(many[r] - one[r]) / (n - 1) for r in rounds]
+    return [
+        Figure(
+            key=f"O{n}-rss-per-camera",
+            title=f"overload, {n} cameras: service RSS per camera added / budget",
+            numerator=f"MiB per camera (RSS at {n} - RSS at 1) / {n - 1}",
+            denominator="budget (MiB per 1080p camera at 5 fps)",
+            unit="MiB",
+            a=added,
+            b=[RSS_PER_CAMERA_BUDGET_MIB] * len(added),
+            target=1.0,
+            higher_is_better=False,
+            notes=[
+                f"per round, the median RSS of the last 15 % of the {n}-camera run minus that "
+                "of the 1-camera run of the same round, over the cameras added; what the "
+                "process holds with one camera (Python, the libraries, the client, the first "
+                "decoder) is not per camera: the RSS at 1 camera "
+                f"{statistics.median(one.values()):.0f} MiB, at {n} "
+                f"{statistics.median(many.values()):.0f} MiB "
+                f"({statistics.median(many.values()) / n:.0f} MiB per camera all included); "
+                "the decoder of a 1080p H.264 High stream with B-frames keeps about 27 MiB of "
+                "pictures whatever the service does (`bench/decoder_memory.py`)",
+            ],
+        )
+    ]
 
 
 def _s(value: float | None) -> str:

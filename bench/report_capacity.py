@@ -65,6 +65,13 @@ PROFILE_COMMANDS: dict[str, list[str]] = {
         "py-spy dump --pid WORKER_PID  # what a thread is doing at a moment",
     ],
     "O-triton-rss": [".venv/bin/python -m bench --only O --ladder N --no-doc"],
+    "O-rss-per-camera": [
+        "# RSS every 10 s with N cameras and with 1, the service in this process",
+        ".venv/bin/python -m bench.overload_memory --cameras N --seconds 60",
+        ".venv/bin/python -m bench.overload_memory --cameras 1 --seconds 60",
+        "# what one camera's decoder keeps, apart from the service",
+        ".venv/bin/python -m bench.decoder_memory --cameras 8",
+    ],
     "M": [
         "# the gate's decisions on a clip, frame by frame (first / motion / stationary / skip)",
         ".venv/bin/python -m streamer.ingest.motion CLIP",
@@ -140,6 +147,15 @@ PLANS: dict[str, str] = {
         "the stubs' allocators meeting more concurrent frames. If it keeps rising step after "
         "step, see P4-triton's notes (MALLOC_ARENA_MAX=2 for the stubs, tracemalloc in the "
         "BLS)."
+    ),
+    "O-rss-per-camera": (
+        "A camera costs its decoder's picture pool (about 27 MiB for 1080p H.264 with "
+        "B-frames, `bench.decoder_memory`), the pictures it has queued (frame_queue_size) "
+        "and in flight (max_in_flight_per_camera), each 3.1 MB as YUV 4:2:0, and what the "
+        "allocator keeps of them. Over budget: compare the service's figure with the "
+        "decoder's; the difference is the frames the pipeline holds (a BGR conversion "
+        "that outlives its use is 6.2 MB more per frame) or fragmentation (the allocator "
+        "settings of streamer/ops/allocator.py applied?)."
     ),
     "M": (
         "The gate sent more than 30 % of the frames: count its decisions on the clip "

@@ -44,6 +44,7 @@ from streamer.app import Service
 from streamer.config import CameraConfig, Settings, load_config
 from streamer.delivery.events import PlateEvent
 from streamer.domain.frames import FrameResult
+from streamer.ops.allocator import tune_allocator
 
 SERVICE_LOG_LEVEL = logging.WARNING
 TRACEMALLOC_FRAMES = 8
@@ -339,6 +340,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     settings = load_config(args.config)
+    tune_allocator()  # as `streamer run` does: the memory figures are the product's
     recorder = RecordingSink()
     snapshots: list[tracemalloc.Snapshot] = []
     if args.tracemalloc:

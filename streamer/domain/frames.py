@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -92,6 +94,19 @@ class Frame:
         if isinstance(pixels, np.ndarray) or pixels.format.name not in YUV420_FORMATS:
             return None
         return pixels
+
+    def looking_also_at(self, boxes: Sequence[np.ndarray | None]) -> Frame:
+        """This frame with its focus extended by ``boxes`` (the focus of frames it stands for:
+        frames dropped or replaced before they were sent, the camera's tracks). Any None
+        (anywhere) makes it None; a frame that looks everywhere already stays as it is."""
+        if self.focus is None:
+            return self
+        if any(b is None for b in boxes):
+            return dataclasses.replace(self, focus=None)
+        extra = [b for b in boxes if b is not None and len(b)]
+        if not extra:
+            return self
+        return dataclasses.replace(self, focus=np.concatenate([self.focus, *extra]))
 
     @property
     def height(self) -> int:

@@ -37,7 +37,8 @@ class FrameQueue:
     * ``"drop_oldest"``: :meth:`put_threadsafe` never blocks. It evicts the *oldest waiting*
       frame (the stalest one, never the frame being put) and counts it in :attr:`dropped`, so
       a slow consumer always gets the newest frames and latency stays bounded by ``maxsize``.
-      For live cameras.
+      The frame put looks also where the evicted one did (its ``focus``): what moved in a
+      dropped frame is still looked at. For live cameras.
     * ``"wait"``: nothing is ever dropped; :meth:`put_threadsafe` blocks the decode thread
       until there is room (or its stop event is set), so decoding runs at the consumer's
       pace. For files, where every sampled frame should be processed.
@@ -105,9 +106,12 @@ class FrameQueue:
             if self._closed:
                 return False
             if self._policy == "drop_oldest":
+                evicted = []
                 while len(self._items) >= self._maxsize:
-                    self._items.popleft()
+                    evicted.append(self._items.popleft().focus)
                     self._dropped += 1
+                if evicted:
+                    frame = frame.looking_also_at(evicted)
             else:
                 while len(self._items) >= self._maxsize:
                     if self._closed or stop.is_set():
@@ -151,15 +155,24 @@ class FrameQueue:
 
     async def get(self) -> Frame | None:
         """The oldest queued frame; waits for one. ``None`` once closed and drained."""
+        while await self.ready():
+            frame = self.poll()
+            if frame is not None:  # else another consumer took it first
+                return frame
+        return None
+
+    async def ready(self) -> bool:
+        """Waits until a frame is queued (True; it stays queued, :meth:`poll` takes it) or the
+        queue is closed and drained (False). A consumer that must wait for something else
+        before it sends a frame waits for that after this, then polls: the frame it sends is
+        the newest, and it holds none while it waits."""
         loop = asyncio.get_running_loop()
         while True:
             with self._cond:
                 if self._items:
-                    frame = self._items.popleft()
-                    self._cond.notify()  # room for a producer waiting under "wait"
-                    return frame
+                    return True
                 if self._closed:
-                    return None
+                    return False
                 future: asyncio.Future[None] = loop.create_future()
                 self._waiters.append((loop, future))
             try:

@@ -1,9 +1,10 @@
 """One camera's path through the service: frames -> Triton -> tracker -> vehicle passes.
 
-Frames come from the camera's ``FrameQueue`` (filled by its decode thread). A
-frame waits for its camera's turn at Triton (a permit of the shared, fair,
-adaptive window: streamer/inference/scheduler.py); a live camera then sends the newest
-frame it has, and the older ones it held are dropped (``superseded``, counted).
+Frames come from the camera's ``FrameQueue`` (filled by its decode thread). Once a frame
+is queued, the camera waits for its turn at Triton (a permit of the shared, fair, adaptive
+window: streamer/inference/scheduler.py) and only then takes a frame: a live camera the
+newest it has (its queue drops the older ones, ``dropped``; any left besides the newest are
+``superseded``, both counted), a file the next in order. It holds no picture while it waits.
 Results are taken in frame order (the tracker needs order) even though Triton
 may answer out of order. A frame whose inference fails is counted and skipped.
 After each frame the motion gate's ``TrackSignal`` is told whether a track lives and that
@@ -13,14 +14,14 @@ A frame's ``focus`` (where plates can be: what moved, from the motion gate) gets
 of the camera's tracks as the answer to the frame sent ``max_in_flight`` frames before it
 left them (:class:`TrackHistory`), and the focus of the frames sent since then, whose
 answers that does not include yet: a vehicle that stops just after it is found stays looked
-at. A live camera's newest frame also gets the focus of the frames it replaced. Wherever one
+at. A live camera's newest frame also gets the focus of the frames it replaced (the queue does
+the same for the frames it drops). Wherever one
 of those is None (the whole frame), so is the frame's.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import time
 from collections import deque
@@ -104,7 +105,7 @@ class TrackHistory:
 @dataclass
 class PipelineStats:
     sent: int = 0
-    superseded: int = 0  # live frames replaced by a newer one while waiting for a permit
+    superseded: int = 0  # live frames left unsent for a newer one still in the queue
     answered: int = 0
     failed: int = 0
     plates: int = 0
@@ -169,9 +170,14 @@ class CameraPipeline:
         last_sent: int | None = None
         sent = 0
         try:
-            while (frame := await self.queue.get()) is not None:
+            # The permit first, then the frame: the camera holds no picture while it waits
+            # for its turn (its queue keeps the newest), and sends the newest it has.
+            while await self.queue.ready():
                 permit = await self.inference.acquire(self.camera)
-                frame = self._freshest(frame)
+                frame = self._take_frame()
+                if frame is None:  # another consumer of the queue took it
+                    permit.release()
+                    continue
                 moved = frame.focus
                 if moved is not None:
                     try:
@@ -179,7 +185,7 @@ class CameraPipeline:
                     except BaseException:
                         permit.release()
                         raise
-                    frame = _look_also_at(frame, [*recent, tracks])
+                    frame = frame.looking_also_at([*recent, tracks])
                 recent.append(moved)
                 sent += 1
                 last_sent = frame.index
@@ -215,19 +221,18 @@ class CameraPipeline:
                 self.tracks.done(last_sent)  # answered, or given up with this run
         await self.on_passes([*self.passes.flush(), *self.passes.take_withheld()])
 
-    def _freshest(self, frame: Frame) -> Frame:
-        """A live camera sends the newest frame it has; files (``wait`` policy) send in order.
-        The newest also looks where the frames it replaced saw motion."""
-        if self.queue.policy != "drop_oldest":
+    def _take_frame(self) -> Frame | None:
+        """The frame to send: a live camera's newest (the frames it replaces were never
+        sent, so it also looks where they saw motion); a file's next, in order."""
+        frame = self.queue.poll()
+        if frame is None or self.queue.policy != "drop_oldest":
             return frame
         replaced: list[np.ndarray | None] = []
         while (newer := self.queue.poll()) is not None:
             self.stats.superseded += 1
             replaced.append(frame.focus)
             frame = newer
-        if replaced:
-            return _look_also_at(frame, replaced)
-        return frame
+        return frame.looking_also_at(replaced) if replaced else frame
 
     async def _collect(
         self, in_order: asyncio.Queue[_InFlight | None], history: TrackHistory
@@ -277,15 +282,3 @@ class CameraPipeline:
             kept.append(plate)
         self.stats.filtered += len(plates) - len(kept)
         return tuple(kept)
-
-
-def _look_also_at(frame: Frame, boxes: list[np.ndarray | None]) -> Frame:
-    """``frame`` with its focus extended by ``boxes``; any None (anywhere) makes it None."""
-    if frame.focus is None:
-        return frame
-    if any(b is None for b in boxes):
-        return dataclasses.replace(frame, focus=None)
-    extra = [b for b in boxes if b is not None and len(b)]
-    if not extra:
-        return frame
-    return dataclasses.replace(frame, focus=np.concatenate([frame.focus, *extra]))

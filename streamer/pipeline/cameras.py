@@ -36,8 +36,11 @@ from streamer.web.view_source import CameraStatus, Snapshot
 
 LOG = logging.getLogger(__name__)
 
-#: Sampled frames waiting for a free in-flight slot, per camera.
-FRAME_QUEUE_SIZE = 2
+#: Sampled frames waiting for the camera's turn at Triton. A live camera keeps only its
+#: newest (it sends nothing older; each 1080p picture is 3.1 MB of the decoder's pool); a
+#: file played as fast as possible decodes one ahead, so decoding overlaps inference.
+LIVE_QUEUE_SIZE = 1
+FILE_QUEUE_SIZE = 2
 
 
 @dataclass
@@ -126,7 +129,11 @@ class Cameras(Mapping[str, Camera]):
         live = not config.is_file or config.realtime
         # Live sources drop the oldest waiting frame when inference falls behind;
         # files played as fast as possible wait instead, so no frame is lost.
-        queue = FrameQueue(FRAME_QUEUE_SIZE, "drop_oldest" if live else "wait")
+        queue = (
+            FrameQueue(LIVE_QUEUE_SIZE, "drop_oldest")
+            if live
+            else FrameQueue(FILE_QUEUE_SIZE, "wait")
+        )
         motion = config.motion
         gate = MotionGate.from_config(motion) if motion.enabled or motion.regions else None
         source = CameraSource(

@@ -239,6 +239,30 @@ def test_rss_growth_over_five_percent_misses() -> None:
     assert rss.verdict == "MISS"
 
 
+def test_memory_per_camera_is_what_each_camera_beyond_the_first_adds() -> None:
+    """(RSS at N - RSS at 1) / (N - 1), round by round, against 40 MiB per camera."""
+    saturated, unloaded, steps = _ladder()
+    for runs in steps:
+        for run in runs:  # each camera beyond the first adds 30 MiB; round 1 adds 50
+            per_camera = 50.0 if run["round"] == 1 else 30.0
+            run["rss_end_mib"] = [300.0 + per_camera * (run["cameras"] - 1)] * 3
+    figures = {f.key: f for f in capacity.ladder_figures(saturated, unloaded, steps)}
+    memory = figures["O4-rss-per-camera"]
+    assert memory.a == [pytest.approx(30.0), pytest.approx(50.0), pytest.approx(30.0)]
+    assert memory.ratio == pytest.approx(30.0 / 40.0) and memory.verdict == "PASS"
+    for runs in steps:
+        for run in runs:
+            run["rss_end_mib"] = [300.0 + 45.0 * (run["cameras"] - 1)] * 3
+    figures = {f.key: f for f in capacity.ladder_figures(saturated, unloaded, steps)}
+    assert figures["O4-rss-per-camera"].verdict == "MISS"
+    assert report_capacity.family("O4-rss-per-camera") == "O-rss-per-camera"
+    assert "O-rss-per-camera" in report_capacity.PLANS
+    # without a 1-camera step there is nothing to measure against
+    assert "O4-rss-per-camera" not in {
+        f.key for f in capacity.ladder_figures(saturated, unloaded, steps[1:])
+    }
+
+
 def test_a_missed_ladder_step_gets_its_familys_profile_and_plan() -> None:
     figures = capacity.ladder_figures(*_ladder())
     assert report_capacity.family("O16-triton-rss") == "O-triton-rss"

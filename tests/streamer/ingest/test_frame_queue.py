@@ -177,3 +177,42 @@ async def test_two_consumers_share_the_frames() -> None:
         await asyncio.gather(*consumers)
     thread.join(2)
     assert sorted(got) == list(range(20))
+
+
+def _moved(index: int, focus: np.ndarray | None) -> Frame:
+    frame = _frame(index)
+    return Frame(
+        frame.camera, index, frame.pts_s, frame.wall_time, frame.monotonic, frame.pixels, focus
+    )
+
+
+async def test_a_dropped_frame_hands_its_focus_to_the_frame_that_replaces_it() -> None:
+    """What moved in a frame the camera never sends is still looked at in the one it does."""
+    queue = FrameQueue(1, "drop_oldest")
+    stop = threading.Event()
+    boxes = [np.array([[i, i, i + 1, i + 1]], np.float32) for i in range(3)]
+    for index, box in enumerate(boxes):
+        queue.put_threadsafe(_moved(index, box), stop)
+    sent = queue.poll()
+    assert sent is not None and sent.index == 2 and queue.dropped == 2
+    assert sent.focus is not None and sorted(sent.focus[:, 0]) == [0, 1, 2]
+    # A dropped frame that looked everywhere (None) makes its replacement look everywhere.
+    queue.put_threadsafe(_moved(3, None), stop)
+    queue.put_threadsafe(_moved(4, boxes[0]), stop)
+    replaced = queue.poll()
+    assert replaced is not None and replaced.index == 4 and replaced.focus is None
+
+
+async def test_ready_waits_for_a_frame_without_taking_it() -> None:
+    queue = FrameQueue(1, "drop_oldest")
+    stop = threading.Event()
+    waiting = asyncio.create_task(queue.ready())
+    await asyncio.sleep(0.05)
+    assert not waiting.done()
+    thread, _ = _in_thread(queue.put_threadsafe, _frame(7), stop)
+    thread.join(2)
+    assert await asyncio.wait_for(waiting, 2) is True
+    assert queue.qsize() == 1  # still queued: poll() takes it
+    assert (frame := queue.poll()) is not None and frame.index == 7
+    queue.close()
+    assert await asyncio.wait_for(queue.ready(), 2) is False
