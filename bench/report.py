@@ -181,6 +181,11 @@ def document(meta: dict[str, Any], figures: Sequence[Figure], table_md: str) -> 
         f"| machine | nproc {meta['nproc']} ({meta['cpu_model']}), {meta['memory_gib']} GiB |",
         f"| load average (1/5/15 min) | at start {load_start}; at end {load_end} |",
         f"| git commit | {meta['git_commit']} |",
+        *(
+            f"| measured again | {', '.join(r['phases'])} at {r['git_commit']}, "
+            f"{r['started_at']} (`{r['command']}`); those rows are this run's |"
+            for r in meta.get("reruns", [])
+        ),
         f"| software | Python {meta['python']}, PyAV {meta['pyav']}, {meta['ffmpeg']}, "
         f"tritonclient {meta['tritonclient']} |",
         f"| wall time | {meta.get('total_s', 0):.0f} s ({phases}) |",

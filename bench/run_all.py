@@ -59,7 +59,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import report
+from bench import merge_results, report
 from bench.common import (
     CLIP_FPS,
     PROJECT_ROOT,
@@ -975,6 +975,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--render", type=Path, metavar="JSON", help="only write --doc again from a results JSON"
     )
     parser.add_argument(
+        "--merge",
+        type=Path,
+        metavar="JSON",
+        help="with --render: put the phases of this later run (--only ...) in first",
+    )
+    parser.add_argument(
         "--soak-tracemalloc",
         action="store_true",
         help="P4: trace the service's Python allocations (slower; for finding a leak)",
@@ -1000,9 +1006,14 @@ def _terminate(signum: int, frame: object) -> None:
     raise SystemExit(f"stopped by signal {signum}")
 
 
-def render(path: Path, doc: Path) -> int:
-    """Write ``doc`` again from a results JSON, measuring nothing."""
+def render(path: Path, doc: Path, merge_from: Path | None = None) -> int:
+    """Write ``doc`` again from a results JSON, measuring nothing; with ``merge_from``, the
+    phases of that later run first replace the same phases' (bench/merge_results.py), and
+    ``path`` is rewritten with them."""
     data = json.loads(path.read_text())
+    if merge_from is not None:
+        data = merge_results.merge(data, json.loads(merge_from.read_text()))
+        path.write_text(json.dumps(data, indent=2) + "\n")
     figures = [Figure.from_dict(f) for f in data["figures"]]
     soak = data.get("raw", {}).get("p4", {})
     for figure in figures:  # results written before the slopes were kept with the figure
@@ -1022,7 +1033,7 @@ def render(path: Path, doc: Path) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.render is not None:
-        return render(args.render, args.doc)
+        return render(args.render, args.doc, args.merge)
     # `timeout` and CI send SIGTERM: unwind, so that Triton and the workers are stopped.
     signal.signal(signal.SIGTERM, _terminate)
     args.stamp = time.strftime("%Y%m%d-%H%M%S")
