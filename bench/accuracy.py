@@ -48,8 +48,8 @@ from streamer.cli.replay import (
     totals,
 )
 from streamer.config import EventsConfig, load_config
+from streamer.foundation.build_info import read_model_build
 from streamer.inference.embedded.server import EmbeddedTriton
-from streamer.ops.build_info import read_model_build
 
 TRUTH = PROJECT_ROOT / "bench" / "accuracy_truth.yaml"
 #: The known-plate list the altered variants are replayed with a second time.

@@ -22,7 +22,7 @@ from typing import Any
 import psutil
 
 from converters import assets
-from streamer.ops.paths import PROJECT_ROOT
+from streamer.foundation.paths import PROJECT_ROOT
 
 RESULTS_DIR = PROJECT_ROOT / "bench" / "results"
 CLIP_NAME = "yard_cam.ts"

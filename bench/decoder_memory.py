@@ -18,8 +18,8 @@ from pathlib import Path
 import psutil
 
 from converters import assets
+from streamer.foundation.allocator import tune_allocator
 from streamer.ingest.decode import open_video
-from streamer.ops.allocator import tune_allocator
 
 
 def decoder_mib(clip: Path, cameras: int, frames: int) -> tuple[float, float]:

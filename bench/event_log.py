@@ -57,7 +57,7 @@ from streamer.delivery.deliverer import Deliverer
 from streamer.delivery.events import PlateEvent, Sighting
 from streamer.delivery.jsonl_delivery import JsonLinesDeliverer
 from streamer.delivery.webhook_delivery import WebhookPoster
-from streamer.ops.metrics import Metrics
+from streamer.foundation.metrics import Metrics
 from streamer.store.history_delivery import HistoryDeliverer
 from streamer.store.sqlite import SQLiteEventStore
 

@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     settings = load_config(config)
     try:  # as `streamer run` does at start (older checkouts have no allocator settings)
-        from streamer.ops.allocator import tune_allocator
+        from streamer.foundation.allocator import tune_allocator
 
         tune_allocator()
     except ImportError:

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from streamer.ops.paths import BLS_MODEL
+from streamer.foundation.paths import BLS_MODEL
 
 CALLEES = ("detector", "stn", "lprnet")
 _PARAMETER = re.compile(r'key:\s*"(\w+)",\s*value:\s*\{\s*string_value:\s*"([^"]*)"')

@@ -155,7 +155,7 @@ PLANS: dict[str, str] = {
         "allocator keeps of them. Over budget: compare the service's figure with the "
         "decoder's; the difference is the frames the pipeline holds (a BGR conversion "
         "that outlives its use is 6.2 MB more per frame) or fragmentation (the allocator "
-        "settings of streamer/ops/allocator.py applied?)."
+        "settings of streamer/foundation/allocator.py applied?)."
     ),
     "M": (
         "The gate sent more than 30 % of the frames: count its decisions on the clip "

@@ -44,7 +44,7 @@ from streamer.app import Service
 from streamer.config import CameraConfig, Settings, load_config
 from streamer.delivery.events import PlateEvent
 from streamer.domain.frames import FrameResult
-from streamer.ops.allocator import tune_allocator
+from streamer.foundation.allocator import tune_allocator
 
 SERVICE_LOG_LEVEL = logging.WARNING
 TRACEMALLOC_FRAMES = 8

@@ -45,8 +45,8 @@ from tritonclient.utils import InferenceServerException
 
 from converters import assets
 from converters.paths import MODEL_REPOSITORY, import_plate_ops
+from streamer.foundation.paths import BLS_MODEL
 from streamer.inference.embedded.server import EmbeddedTriton
-from streamer.ops.paths import BLS_MODEL
 
 warnings.filterwarnings("ignore", message="`torch.jit", category=FutureWarning)
 

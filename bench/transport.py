@@ -46,11 +46,11 @@ from bench.common import (
 from converters.paths import MODEL_REPOSITORY
 from streamer.config import TritonConfig
 from streamer.domain.frames import Frame
+from streamer.foundation.paths import BLS_MODEL
 from streamer.inference.client import PlateRecognizer
 from streamer.inference.embedded.server import EmbeddedTriton
 from streamer.inference.messages import frame_request, image_input
 from streamer.inference.scheduler import scheduler_for
-from streamer.ops.paths import BLS_MODEL
 
 PATHS = ("bgr", "yuv")
 #: What the streamer writes per 1080p frame on each path, from the code: the BGR conversion

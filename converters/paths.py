@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-from streamer.ops.paths import BLS_MODEL, PROJECT_ROOT
+from streamer.foundation.paths import BLS_MODEL, PROJECT_ROOT
 
 MODEL_REPOSITORY = PROJECT_ROOT / "model_repository"
 BLS_CODE_DIR = MODEL_REPOSITORY / BLS_MODEL / "1"

@@ -43,7 +43,7 @@ from converters.paths import (
     import_plate_ops,
     import_regions,
 )
-from streamer.ops.build_info import BUILD_INFO_FILE
+from streamer.foundation.build_info import BUILD_INFO_FILE
 
 #: Largest |eager - TorchScript| accepted for the recognisers.
 MAX_EXPORT_DIFFERENCE = 1e-5

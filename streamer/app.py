@@ -13,7 +13,7 @@ delivery/consumers.py, each consumer reading the log at its own pace:
 store/history_delivery.py, delivery/jsonl_delivery.py, delivery/webhook_delivery.py,
 delivery/mqtt_delivery.py.
 
-Every long-lived part runs supervised (streamer/pipeline/supervisor.py): a part that
+Every long-lived part runs supervised (streamer/foundation/supervisor.py): a part that
 crashes is logged with its traceback and restarted with backoff; an embedded Triton that
 dies is restarted on the same ports (streamer/inference/embedded/watchdog.py). ``/readyz``
 (streamer/ops/health.py) and the ``lpr_part_*`` metrics say which part is down. SIGHUP,
@@ -41,12 +41,16 @@ from streamer.delivery.deliverer import Deliverer
 from streamer.delivery.events import EventSink, PlateEvent
 from streamer.delivery.outbox import Outbox, OutboxError, OutboxInUseError
 from streamer.delivery.publisher import EventPublisher
+from streamer.domain.cameras import CameraStatus, Snapshot
 from streamer.domain.picture_links import PictureLinks, open_links
+from streamer.domain.plate_pass import PlatePass
+from streamer.foundation.build_info import ModelBuild, read_model_build
+from streamer.foundation.metrics import Metrics
+from streamer.foundation.shards import Shard
+from streamer.foundation.supervisor import Supervisor
 from streamer.inference.model_errors import ModelErrors
 from streamer.inference.pool import TritonPool
 from streamer.ops import health, service_metrics
-from streamer.ops.build_info import ModelBuild, read_model_build
-from streamer.ops.metrics import Metrics, build_info
 from streamer.ops.reload import Plan, Reloader
 from streamer.ops.server import OpsServer
 from streamer.ops.startup import (
@@ -63,17 +67,13 @@ from streamer.pipeline.camera import OnFate, OnResult
 from streamer.pipeline.cameras import Cameras
 from streamer.pipeline.lease_gate import LeaseGate
 from streamer.pipeline.leases import CameraLeases, holder_id
-from streamer.pipeline.shards import Shard
-from streamer.pipeline.supervisor import Supervisor
 from streamer.store import erasure
 from streamer.store.base import EventStore, StoreError, describe_store, open_event_store
 from streamer.store.history_delivery import HistoryDeliverer
 from streamer.store.installation import installation_id
 from streamer.store.pooling import PoolingProxyError
 from streamer.store.retention import keep_within_retention
-from streamer.tracking.plate_pass import PlatePass
 from streamer.web import WebServer
-from streamer.web.view_source import CameraStatus, Snapshot
 
 if TYPE_CHECKING:  # imported when it starts: a service with a Triton URL never loads it
     from streamer.inference.embedded.server import EmbeddedTriton
@@ -120,7 +120,7 @@ class Service:
         it is committed; ``on_result`` sees every frame's reads, in order per camera;
         ``on_fate`` how every track ended (``python -m streamer replay`` uses all three).
         ``shard``: this replica of several runs only the cameras it holds
-        (streamer/pipeline/shards.py; default: every camera); given (``--shard``, ``0/1``
+        (streamer/foundation/shards.py; default: every camera); given (``--shard``, ``0/1``
         too), the replica takes camera leases on a PostgreSQL history.
         ``drain_timeout_s``: with ``once``, how long the consumers may take to catch up."""
         self.settings = settings
@@ -512,7 +512,7 @@ class Service:
             *service_metrics.inference_metrics(self.recognizer),
             service_metrics.shard_metric(self.shard, list(self.cameras.running)),
             *service_metrics.lease_metrics(self.lease_gate),
-            build_info(
+            service_metrics.build_info(
                 self.recognizer.endpoints.values() if self.recognizer else (), self.model_build
             ),
         ]

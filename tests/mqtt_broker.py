@@ -59,7 +59,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Self
 
-from streamer.ops.parent_death import dying_with_parent
+from streamer.foundation.parent_death import dying_with_parent
 
 HOST = "127.0.0.1"
 MOSQUITTO = shutil.which("mosquitto") or "/usr/sbin/mosquitto"

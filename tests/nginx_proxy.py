@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from streamer.ops.parent_death import dying_with_parent
+from streamer.foundation.parent_death import dying_with_parent
 
 NGINX = "/usr/sbin/nginx"
 

@@ -7,8 +7,8 @@ import time
 import numpy as np
 
 from streamer.domain.frames import Frame, PlateReading
-from streamer.tracking.known_plates import Match
-from streamer.tracking.plate_pass import PlatePass
+from streamer.domain.known_plates import Match
+from streamer.domain.plate_pass import PlatePass
 
 EVENT_ID = "5f0c7b1e-3d4a-4c1e-9a57-0d2b8f6e1a93"
 

@@ -146,7 +146,7 @@ class RtspServer:
         for mount in self.mounts:
             cmd += ["--mount", mount]
         # Imported here: the script half runs with Debian's python3, without the project.
-        from streamer.ops.parent_death import dying_with_parent
+        from streamer.foundation.parent_death import dying_with_parent
 
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - closed in _reap()
         self._proc = subprocess.Popen(

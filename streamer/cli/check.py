@@ -40,10 +40,10 @@ import tritonclient.grpc.aio as aioclient
 
 from streamer.cli.arguments import settings_or_exit
 from streamer.config import CameraConfig, MqttConfig, Settings
+from streamer.foundation.build_info import BUILD_INFO_FILE
+from streamer.foundation.redact import redact_text
 from streamer.inference.client import short_error
 from streamer.ingest.decode import OpenTimeoutError, declared_rate, is_live, open_video
-from streamer.ops.build_info import BUILD_INFO_FILE
-from streamer.ops.redact import redact_text
 
 #: Seconds a live camera is read for its frame rate (``--probe-s``).
 DEFAULT_PROBE_S = 3.0

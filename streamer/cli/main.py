@@ -1,7 +1,7 @@
 """Command line of the service.
 
 ``python -m streamer run --config FILE [--once] [--shard I/N]``: the service (with
-``--shard``, one replica of N: only its cameras, streamer/pipeline/shards.py). Runs until
+``--shard``, one replica of N: only its cameras, streamer/foundation/shards.py). Runs until
 SIGINT/SIGTERM, which stop it cleanly (exit 0); with ``--once`` file cameras play once and it
 exits when every camera has ended and every consumer of the event log has caught up (or
 ``--drain-timeout`` passed), after a line per camera and per consumer (exit 1 when a camera
@@ -29,7 +29,7 @@ found. With no ``--triton-url`` an embedded CPU Triton is started on
 history and the outbox (streamer/cli/erase.py).
 
 ``python -m streamer --version``: the package, the embedded Triton and the model repository
-(streamer/ops/build_info.py). A mistyped command or option is answered with the closest one
+(streamer/ops/version_report.py). A mistyped command or option is answered with the closest one
 (``unknown command 'rnu': did you mean 'run'?``, :class:`Parser`) and exit code 2, as every
 usage error. Every command exits 130 when interrupted (Ctrl-C) outside the service's own
 signal handling. The codes, per command, are in the README (Exit codes).
@@ -50,10 +50,10 @@ from typing import Any, NoReturn
 from streamer.cli import check, deadletters, erase, recognise
 from streamer.cli.arguments import non_negative_seconds, settings_or_exit
 from streamer.delivery.consumers import CATCH_UP_TIMEOUT_S
-from streamer.ops.allocator import tune_allocator
-from streamer.ops.logs import setup_logging
-from streamer.ops.paths import DEFAULT_MODEL_REPOSITORY
-from streamer.pipeline.shards import Shard
+from streamer.foundation.allocator import tune_allocator
+from streamer.foundation.logs import setup_logging
+from streamer.foundation.paths import DEFAULT_MODEL_REPOSITORY
+from streamer.foundation.shards import Shard
 
 
 class Parser(argparse.ArgumentParser):
@@ -124,13 +124,13 @@ class Parser(argparse.ArgumentParser):
 
 
 class _Version(argparse.Action):
-    """``--version``: the versions (streamer/ops/build_info.py), read only when asked."""
+    """``--version``: the versions (streamer/ops/version_report.py), read only when asked."""
 
     def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
         super().__init__(option_strings, dest=argparse.SUPPRESS, nargs=0, **kwargs)
 
     def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
-        from streamer.ops.build_info import version_report
+        from streamer.ops.version_report import version_report
 
         print(version_report(DEFAULT_MODEL_REPOSITORY))
         parser.exit()

@@ -16,7 +16,7 @@ order (Triton answers in any order; an answer waits for the frames before it)::
 (0 for the first frame); ``stream_time_s`` the stream's own clock, its presentation time (an
 MPEG-TS recording starts where the camera's clock stood: 12169.533 s for the sample clip);
 ``valid`` whether the text is a plate of the default formats
-(streamer/tracking/plate_formats.py).
+(streamer/domain/plate_formats.py).
 
 Nothing else goes to stdout. On stderr: the log, and for a video a progress bar (tqdm) of the
 frames done, out of the container's frame count, or its duration times its frame rate (an
@@ -73,6 +73,8 @@ from tritonclient.utils import InferenceServerException
 from streamer.cli.arguments import positive_int, positive_seconds
 from streamer.config import TritonConfig
 from streamer.domain.frames import Frame, PlateReading
+from streamer.domain.plate_formats import PlateFormats
+from streamer.foundation.paths import DEFAULT_MODEL_REPOSITORY
 from streamer.inference.client import InferenceError, PlateRecognizer
 from streamer.inference.endpoints import check_ready
 from streamer.inference.scheduler import scheduler_for
@@ -80,9 +82,7 @@ from streamer.ingest.decode import declared_rate
 from streamer.ingest.frame_queue import FrameQueue
 from streamer.ingest.sampling import EVERY_FRAME
 from streamer.ingest.source import CameraSource
-from streamer.ops.paths import DEFAULT_MODEL_REPOSITORY
 from streamer.ops.startup import BLS_CONFIG
-from streamer.tracking.plate_formats import PlateFormats
 
 LOG = logging.getLogger("streamer")
 #: Frames decoded ahead of inference: the decode thread waits when this many are queued.

@@ -47,8 +47,8 @@ import yaml
 from streamer.config import ConfigError, Settings
 from streamer.delivery.events import PlateEvent
 from streamer.domain.frames import FrameResult
-from streamer.tracking.plate_formats import PlateFormats
-from streamer.tracking.plate_pass import TrackFate
+from streamer.domain.plate_formats import PlateFormats
+from streamer.domain.plate_pass import TrackFate
 
 #: Raw reads listed per camera in the report.
 TOP_READS = 5

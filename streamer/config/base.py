@@ -25,7 +25,7 @@ from pydantic import (
     field_validator,
 )
 
-from streamer.ops.redact import redact_text
+from streamer.foundation.redact import redact_text
 
 #: Names of cameras, webhook targets and known-plate lists: 1-63 of a-z 0-9 _ -, starting with
 #: a letter or digit.

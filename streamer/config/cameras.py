@@ -18,7 +18,7 @@ from streamer.config.base import (
     type_name,
 )
 from streamer.config.decisions import KnownPlatesLists
-from streamer.ops.redact import redact_url, url_scheme
+from streamer.foundation.redact import redact_url, url_scheme
 
 #: URL schemes read over the network; anything without ``scheme://`` is a file path.
 NETWORK_SCHEMES = ("rtsp", "rtsps", "http", "https")

@@ -13,8 +13,8 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, Field, ValidationInfo, field_validator, model_validator
 
 from streamer.config.base import CAMERA_NAME, Section, check_regex, empty_to_none, resolve_path
-from streamer.tracking.known_plates import PLATE_ENTRY
-from streamer.tracking.plate_formats import RUSSIAN_FORMATS
+from streamer.domain.known_plates import PLATE_ENTRY
+from streamer.domain.plate_formats import RUSSIAN_FORMATS
 
 
 def _check_known_entry(entry: str) -> str:
@@ -113,7 +113,7 @@ class EventsConfig(Section):
         min_length=1,
         max_length=100,
         description="Regular expressions a plate text must match whole to be valid; "
-        "default: the Russian formats of streamer/tracking/plate_formats.py.",
+        "default: the Russian formats of streamer/domain/plate_formats.py.",
     )
     min_text_score: float = Field(
         0.5, ge=0, le=1, description="Readings with a lower text score are not counted."

@@ -20,7 +20,7 @@ from streamer.config.base import (
     config_path,
     empty_to_none,
 )
-from streamer.ops.redact import redact_url, url_scheme
+from streamer.foundation.redact import redact_url, url_scheme
 
 #: ``whsec_`` + base64 of 24-64 random bytes (Standard Webhooks symmetric secret).
 WEBHOOK_SECRET_PREFIX = "whsec_"

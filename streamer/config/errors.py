@@ -26,7 +26,7 @@ from streamer.config.delivery import OutboxConfig, WebhookTargetConfig
 from streamer.config.inference import TritonConfig
 from streamer.config.service import LogConfig, MetricsConfig, WebConfig
 from streamer.config.settings import Settings
-from streamer.ops.redact import redact_text
+from streamer.foundation.redact import SECRET_NAME, redact_text
 
 
 class ConfigError(Exception):
@@ -53,8 +53,9 @@ class ConfigError(Exception):
         return str(self.args[0])
 
 
-#: Field names whose values are never quoted in an error message.
-_SENSITIVE_FIELD = re.compile(r"url|token|password|secret|key", re.IGNORECASE)
+#: Field names whose values are never quoted in an error message: the secrets' names, and
+#: URLs (they may carry credentials).
+_SENSITIVE_FIELD = re.compile(rf"url|{SECRET_NAME.pattern}", re.IGNORECASE)
 
 
 def format_validation_error(path: Path | str, exc: ValidationError, data: Any) -> ConfigError:

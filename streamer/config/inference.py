@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import Field, ValidationInfo, field_validator
 
 from streamer.config.base import Section, config_path, empty_to_none, quote
-from streamer.ops.paths import BLS_MODEL, DEFAULT_MODEL_REPOSITORY
+from streamer.foundation.paths import BLS_MODEL, DEFAULT_MODEL_REPOSITORY
 
 ModelRepositoryPath = config_path(DEFAULT_MODEL_REPOSITORY)
 

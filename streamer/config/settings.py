@@ -21,7 +21,7 @@ from streamer.config.inference import TritonConfig
 from streamer.config.mqtt import MQTT_TARGET, MqttConfig
 from streamer.config.service import LogConfig, MetricsConfig, ReloadConfig, WebConfig
 from streamer.config.storage import StorageConfig
-from streamer.tracking.known_plates import KnownList, KnownPlates
+from streamer.domain.known_plates import KnownList, KnownPlates
 
 
 class Settings(Section):

@@ -13,7 +13,7 @@ from streamer.config.base import (
     config_path,
     empty_to_none,
 )
-from streamer.ops.redact import url_scheme
+from streamer.foundation.redact import url_scheme
 
 DEFAULT_STORE_PATH = Path("data/events.sqlite3")
 StorePath = config_path(DEFAULT_STORE_PATH)

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Sequence
 from streamer.config import OutboxConfig
 from streamer.delivery.outbox import Outbox, OutboxError
 from streamer.delivery.outbox_sql import OutboxStats
-from streamer.ops.metrics import Metrics
+from streamer.foundation.metrics import Metrics
 
 LOG = logging.getLogger(__name__)
 

@@ -12,8 +12,8 @@ from streamer.delivery.jsonl_delivery import JsonLinesDeliverer
 from streamer.delivery.mqtt_delivery import MqttDeliverer
 from streamer.delivery.webhook_delivery import WebhookPoster
 from streamer.domain.picture_links import PictureLinks
-from streamer.ops.metrics import Metrics
-from streamer.pipeline.shards import Shard
+from streamer.foundation.metrics import Metrics
+from streamer.foundation.shards import Shard
 
 LOG = logging.getLogger(__name__)
 

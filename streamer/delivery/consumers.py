@@ -18,7 +18,7 @@ warns when a consumer's backlog nears ``outbox.max_pending`` and, beyond it, tur
 pending events into dead letters (re-drivable, never deleted unseen).
 
 The workers and the housekeeping loop run as parts of a
-:class:`~streamer.pipeline.supervisor.Supervisor` (the service's, so that ``/readyz`` and
+:class:`~streamer.foundation.supervisor.Supervisor` (the service's, so that ``/readyz`` and
 the ``lpr_part_*`` metrics show them; else one of the set's own): ``history:delivery``,
 ``stdout:delivery``, ``file:delivery``, ``webhook:<target>``, ``mqtt:delivery`` and
 ``outbox:housekeeping`` (and the deliverers' own: ``mqtt:connection``). A part that crashes
@@ -51,8 +51,8 @@ from streamer.delivery.events import PlateEvent
 from streamer.delivery.mqtt_delivery import MqttDeliverer
 from streamer.delivery.outbox import Outbox, OutboxError
 from streamer.delivery.outbox_sql import DeadLetter
-from streamer.ops.metrics import Metrics
-from streamer.pipeline.supervisor import PartState, Supervisor
+from streamer.foundation.metrics import Metrics
+from streamer.foundation.supervisor import PartState, Supervisor
 
 LOG = logging.getLogger(__name__)
 

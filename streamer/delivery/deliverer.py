@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from streamer.delivery.outbox_sql import PendingDelivery
-from streamer.delivery.retry import backoff_delay
-from streamer.ops.metrics import Metrics
-from streamer.pipeline.supervisor import Supervisor
+from streamer.foundation.backoff import backoff_delay
+from streamer.foundation.metrics import Metrics
+from streamer.foundation.supervisor import Supervisor
 
 LOG = logging.getLogger(__name__)
 

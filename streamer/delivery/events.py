@@ -19,7 +19,7 @@ import cv2
 import numpy as np
 
 from streamer.domain.frames import Frame
-from streamer.tracking.plate_pass import PlatePass
+from streamer.domain.plate_pass import PlatePass
 
 #: Extra context around the plate in the crop, as a fraction of the box size.
 CROP_MARGIN = 0.15

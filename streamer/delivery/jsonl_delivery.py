@@ -25,7 +25,7 @@ from typing import IO
 from streamer.config import FILE_CONSUMER, STDOUT_CONSUMER
 from streamer.delivery.deliverer import LocalDeliverer
 from streamer.delivery.outbox_sql import PendingDelivery
-from streamer.ops.metrics import Metrics
+from streamer.foundation.metrics import Metrics
 
 
 class JsonLinesDeliverer(LocalDeliverer):

@@ -35,9 +35,9 @@ from paho.mqtt.properties import Properties
 
 from streamer.config import MqttConfig
 from streamer.delivery.home_assistant import OFFLINE, status_topic
-from streamer.delivery.retry import backoff_delay
-from streamer.ops.metrics import Metrics
-from streamer.ops.redact import redact_text
+from streamer.foundation.backoff import backoff_delay
+from streamer.foundation.metrics import Metrics
+from streamer.foundation.redact import redact_text
 
 LOG = logging.getLogger(__name__)
 

@@ -54,10 +54,10 @@ from streamer.delivery.mqtt_connection import (
 )
 from streamer.delivery.outbox_sql import PendingDelivery
 from streamer.delivery.recent_events import payload_texts
-from streamer.delivery.retry import backoff_delay
 from streamer.domain.picture_links import PictureLinks, picture_urls
-from streamer.ops.metrics import Metrics
-from streamer.pipeline.supervisor import Supervisor
+from streamer.foundation.backoff import backoff_delay
+from streamer.foundation.metrics import Metrics
+from streamer.foundation.supervisor import Supervisor
 
 LOG = logging.getLogger(__name__)
 

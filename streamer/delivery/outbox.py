@@ -17,7 +17,7 @@ One SQLite file in WAL mode holds three tables:
   is one indexed query;
 * ``erased``: the passes an erasure took out, by id (streamer/store/erasure.py).
 
-One process owns the file (streamer/ops/file_owner.py: a lock on ``<file>.lock``): a second
+One process owns the file (streamer/foundation/file_owner.py: a lock on ``<file>.lock``): a second
 service on the same outbox refuses to start; the CLI reads and re-drives beside it.
 
 :meth:`Outbox.add` is the durability point: it returns once the event and a
@@ -66,9 +66,9 @@ from streamer.delivery.outbox_sql import (
     OutboxStats,
     PendingDelivery,
 )
-from streamer.ops.file_owner import FileInUseError, lock_path, take_ownership
-from streamer.ops.metrics import Metrics
-from streamer.ops.sqlite_file import open_wal
+from streamer.foundation.file_owner import FileInUseError, lock_path, take_ownership
+from streamer.foundation.metrics import Metrics
+from streamer.foundation.sqlite_file import open_wal
 
 LOG = logging.getLogger(__name__)
 T = TypeVar("T")

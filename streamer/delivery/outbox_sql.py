@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 SCHEMA_VERSION = 2
-#: What makes a file of an older schema the next one (streamer/ops/sqlite_file.py).
+#: What makes a file of an older schema the next one (streamer/foundation/sqlite_file.py).
 MIGRATIONS = {
     # 2: the vehicle picture beside the crop (the history is a consumer of the log now).
     1: "ALTER TABLE events ADD COLUMN frame BLOB;",

@@ -42,9 +42,9 @@ from streamer.delivery.event_queue import EventQueue, event_bytes
 from streamer.delivery.events import EventSink, LeaseStamp, PlateEvent, build_event, utc_iso
 from streamer.delivery.outbox import OutboxError
 from streamer.delivery.recent_events import RecentEvents, texts_of
-from streamer.delivery.retry import backoff_delay
-from streamer.ops.metrics import Metrics
-from streamer.tracking.plate_pass import PlatePass
+from streamer.domain.plate_pass import PlatePass
+from streamer.foundation.backoff import backoff_delay
+from streamer.foundation.metrics import Metrics
 
 LOG = logging.getLogger(__name__)
 

@@ -17,12 +17,7 @@ import time
 from datetime import UTC
 
 from streamer.config import WebhookTargetConfig
-
-
-def backoff_delay(attempts: int, initial_s: float, max_s: float, rng: random.Random) -> float:
-    """Full-jitter exponential backoff after ``attempts`` failed attempts (>= 1)."""
-    ceiling = min(max_s, initial_s * 2.0 ** min(max(attempts - 1, 0), 62))
-    return rng.uniform(0.0, ceiling)
+from streamer.foundation.backoff import backoff_delay
 
 
 def retry_after_seconds(value: str | None, now: float | None = None) -> float | None:

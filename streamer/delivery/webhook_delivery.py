@@ -47,9 +47,9 @@ from streamer.delivery.deliverer import Outcome, OutcomeKind
 from streamer.delivery.outbox_sql import PendingDelivery
 from streamer.delivery.retry import retry_after_seconds, retry_delay
 from streamer.domain.picture_links import PictureLinks, picture_urls
-from streamer.ops.metrics import Metrics
-from streamer.ops.redact import redact_text
-from streamer.pipeline.supervisor import Supervisor
+from streamer.foundation.metrics import Metrics
+from streamer.foundation.redact import redact_text
+from streamer.foundation.supervisor import Supervisor
 
 #: Characters of an error answer's body kept as the reason.
 ERROR_BODY_CHARS = 200

@@ -1,1 +1,2 @@
-"""What travels between stages: frames, plate readings, results (data, no I/O)."""
+"""What travels between stages: frames, plate readings and results, tracked plates and
+passes, camera status and snapshots, plate formats, known plates (data, no I/O)."""

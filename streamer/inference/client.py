@@ -30,7 +30,6 @@ import asyncio
 import contextlib
 import itertools
 import logging
-import random
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
@@ -43,6 +42,8 @@ from tritonclient.grpc.service_pb2 import ModelStreamInferResponse
 
 from streamer.config import TritonConfig
 from streamer.domain.frames import Frame, PlateReading
+from streamer.foundation.backoff import backoff_delay
+from streamer.foundation.paths import BLS_MODEL
 from streamer.inference.messages import (
     ModelInputs,
     focus_input,
@@ -55,10 +56,9 @@ from streamer.inference.messages import (
 )
 from streamer.inference.model_errors import ModelErrors
 from streamer.inference.scheduler import FairScheduler, Permit, scheduler_for
-from streamer.ops.paths import BLS_MODEL
 
 if TYPE_CHECKING:
-    from streamer.pipeline.supervisor import Supervisor
+    from streamer.foundation.supervisor import Supervisor
 
 LOG = logging.getLogger(__name__)
 
@@ -301,13 +301,13 @@ class PlateRecognizer:
     # -- the stream -------------------------------------------------------------------------
 
     async def _run(self) -> None:
-        delay = self.reconnect_initial_delay_s
+        failures = 0
         first = True
         while True:
             self._opened = False
             try:
                 await self._serve_one_stream()
-                delay = self.reconnect_initial_delay_s
+                failures = 0
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -323,8 +323,10 @@ class PlateRecognizer:
             log("Triton at %s lost (%s); reconnecting", self.url, reason)
             first = False
             self.stats.reconnects += 1
-            await asyncio.sleep(random.uniform(0, delay))  # full jitter
-            delay = min(delay * 2, self.reconnect_max_delay_s)
+            failures += 1
+            await asyncio.sleep(
+                backoff_delay(failures, self.reconnect_initial_delay_s, self.reconnect_max_delay_s)
+            )
 
     async def _serve_one_stream(self) -> None:
         client = aioclient.InferenceServerClient(self.url, keepalive_options=self.keepalive)

@@ -18,9 +18,9 @@ import tritonclient.grpc.aio as aioclient
 from tritonclient.grpc import KeepAliveOptions
 from tritonclient.utils import InferenceServerException
 
+from streamer.foundation.build_info import ModelBuild, model_build_from_config
 from streamer.inference.balancing import EndpointShare
 from streamer.inference.client import InferenceError, PlateRecognizer, short_error
-from streamer.ops.build_info import ModelBuild, model_build_from_config
 
 LOG = logging.getLogger(__name__)
 

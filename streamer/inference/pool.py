@@ -39,7 +39,7 @@ from streamer.inference.endpoints import Endpoint, expand
 from streamer.inference.scheduler import Permit, scheduler_for
 
 if TYPE_CHECKING:
-    from streamer.pipeline.supervisor import Supervisor
+    from streamer.foundation.supervisor import Supervisor
 
 LOG = logging.getLogger(__name__)
 

@@ -37,7 +37,7 @@ from typing import Any, Literal
 import av
 import av.error
 
-from streamer.ops.redact import url_scheme
+from streamer.foundation.redact import url_scheme
 
 LIVE_SCHEMES = frozenset(
     {"rtsp", "rtsps", "rtmp", "rtmps", "http", "https", "udp", "tcp", "srt", "rtp"}

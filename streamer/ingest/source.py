@@ -13,7 +13,7 @@ Usage::
 Live sources (``rtsp``, ``http``, ``udp``, ... URLs) are reconnected for ever, with capped
 exponential backoff and full jitter, until :meth:`CameraSource.stop`; files end (or loop).
 The thread never raises: failures are counted in :class:`~streamer.ingest.state.CameraStats`,
-logged once per state change, with the password redacted (streamer/ops/redact.py).
+logged once per state change, with the password redacted (streamer/foundation/redact.py).
 
 This module is the source's lifecycle, its reconnects and its state; its parts are beside
 it: opening and decoding (streamer/ingest/decode.py, with what FFmpeg was measured to do),
@@ -33,17 +33,17 @@ import time
 from typing import Any
 
 from streamer.domain.frames import Frame
+from streamer.foundation.backoff import backoff_delay
+from streamer.foundation.redact import redact_text, redact_url, secrets_of
 from streamer.ingest.decode import declared_rate, is_live, open_video
 from streamer.ingest.frame_queue import FrameQueue
 from streamer.ingest.motion import MotionGate
 from streamer.ingest.session import Session
 from streamer.ingest.state import CameraState, SharedState
 from streamer.ingest.watchdog import watch
-from streamer.ops.redact import redact_text, redact_url, secrets_of
 
 _LOG = logging.getLogger(__name__)
 
-_BACKOFF_MAX_EXPONENT = 64  # 2**64 times any initial delay is past any configured max
 _BACKOFF_RESET_AFTER_S = 5.0  # a session that delivered frames this long resets the backoff
 _MIN_RETRY_DELAY_S = 0.05
 
@@ -219,11 +219,12 @@ class CameraSource:
         return redact_text(text.replace(self._url, self.redacted_url), self._secrets)
 
     def _backoff(self, attempt: int) -> float:
-        """Full jitter: uniform in [0, min(max, initial * 2**attempt)]. The exponent stops
-        growing once the max is reached (``2.0**1024`` overflows: a camera down for a day)."""
-        growth = 2.0 ** min(attempt, _BACKOFF_MAX_EXPONENT)
-        cap = min(self.reconnect_max_delay_s, self.reconnect_initial_delay_s * growth)
-        return max(_MIN_RETRY_DELAY_S, self._rng.uniform(0.0, cap))
+        """The wait before reconnect ``attempt`` (0 after the first failure): full jitter, at
+        least ``_MIN_RETRY_DELAY_S``."""
+        delay = backoff_delay(
+            attempt + 1, self.reconnect_initial_delay_s, self.reconnect_max_delay_s, self._rng
+        )
+        return max(_MIN_RETRY_DELAY_S, delay)
 
     # -- the decode thread
 

@@ -1,1 +1,2 @@
-"""Operations: metrics, logs, the ops server, start-up errors and paths."""
+"""Operations: health, the metrics read from the running parts, the ops server, start-up
+errors, config reload and the version report."""

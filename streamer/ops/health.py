@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from streamer.delivery.consumers import Consumers
     from streamer.delivery.publisher import EventPublisher
+    from streamer.foundation.supervisor import Supervisor
     from streamer.inference.embedded.watchdog import TritonWatchdog
     from streamer.inference.pool import TritonPool
     from streamer.pipeline.cameras import Camera
-    from streamer.pipeline.supervisor import Supervisor
 
 Report = tuple[bool, dict[str, object]]
 

@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from streamer.config import CameraConfig, ConfigError, Settings, load_config
-from streamer.ops.metrics import Metrics
-from streamer.pipeline.shards import Shard
+from streamer.foundation.metrics import Metrics
+from streamer.foundation.shards import Shard
 
 LOG = logging.getLogger(__name__)
 
@@ -97,7 +97,7 @@ class Plan:
 
 def plan(running: Settings, new: Settings, holds: Callable[[str], bool] | None = None) -> Plan:
     """What changes from ``running`` to ``new`` (both valid), for the cameras ``holds``
-    says this replica runs (default: all; streamer/pipeline/shards.py)."""
+    says this replica runs (default: all; streamer/foundation/shards.py)."""
     keep: dict[str, Any] = {}
     needs_restart: list[str] = []
     for section in RESTART_SECTIONS:

@@ -17,7 +17,7 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from streamer.ops.listener import Listener
+from streamer.foundation.listener import Listener
 
 LOG = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Metrics read at scrape time from the running parts: the counters kept by the decode
 threads, pipelines, pass detectors, supervisor and inference client (``Metrics`` holds the
-ones the code increments as it goes: streamer/ops/metrics.py)."""
+ones the code increments as it goes: streamer/foundation/metrics.py)."""
 
 from __future__ import annotations
 
@@ -8,17 +8,19 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
-from prometheus_client.core import Metric
+from prometheus_client.core import GaugeMetricFamily, Metric
 
-from streamer.ops.metrics import counter, gauge
+from streamer.foundation.build_info import UNKNOWN, ModelBuild, package_version
+from streamer.foundation.metrics import counter, gauge
 
 if TYPE_CHECKING:
+    from streamer.foundation.shards import Shard
+    from streamer.foundation.supervisor import Supervisor
     from streamer.inference.embedded.watchdog import TritonWatchdog
+    from streamer.inference.endpoints import Endpoint
     from streamer.inference.pool import TritonPool
     from streamer.pipeline.cameras import Camera
     from streamer.pipeline.lease_gate import LeaseGate
-    from streamer.pipeline.shards import Shard
-    from streamer.pipeline.supervisor import Supervisor
 
 _PER_CAMERA: dict[str, tuple[str, Callable[[Camera], float]]] = {
     "lpr_frames_decoded": ("Frames decoded.", lambda c: c.source.stats.decoded),
@@ -227,3 +229,48 @@ def lease_metrics(gate: LeaseGate) -> list[Metric]:
     for camera in sorted(gate.doubles):
         double.add_metric([camera], 1)
     return [waiting, double]
+
+
+#: The labels of ``lpr_build_info``, one series per Triton endpoint (docs/metrics.md).
+BUILD_INFO_LABELS = [
+    "endpoint",
+    "version",
+    "triton_version",
+    "model_built_at",
+    "model_runtime",
+    "model_precision",
+    "detector_input",
+]
+
+
+def build_info(endpoints: Iterable[Endpoint], embedded: ModelBuild | None) -> GaugeMetricFamily:
+    """``lpr_build_info``: 1 per Triton endpoint, the versions as labels: the package's, the
+    endpoint's Triton's and the build of the models it serves. That build is ``embedded``, the
+    ``build_info.json`` of the repository the embedded Triton serves, when there is one; else
+    what the endpoint's model config says (the detector's input). Before any endpoint (an
+    embedded Triton starting), one series with an empty ``endpoint``."""
+    family = gauge(
+        "lpr_build_info",
+        "1 per Triton endpoint; the versions as labels: the package's, the Triton server's "
+        "and the served models' build (unknown until known).",
+        BUILD_INFO_LABELS,
+    )
+    served = [
+        (e.url, e.triton_version or UNKNOWN, embedded or e.model_build or ModelBuild())
+        for e in endpoints
+    ]
+    version = package_version()
+    for endpoint, triton_version, model in served or [("", UNKNOWN, embedded or ModelBuild())]:
+        family.add_metric(
+            [
+                endpoint,
+                version,
+                triton_version,
+                model.built_at,
+                model.runtime,
+                model.precision,
+                model.detector_input,
+            ],
+            1,
+        )
+    return family

@@ -12,7 +12,7 @@ import errno
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from streamer.ops.paths import BLS_MODEL
+from streamer.foundation.paths import BLS_MODEL
 
 if TYPE_CHECKING:  # imported only where it is started (see streamer/inference/embedded/)
     from streamer.inference.embedded.errors import TritonStartError

@@ -1,1 +1,2 @@
-"""A camera's runtime (frames -> inference -> tracking -> passes) and the supervisor."""
+"""A camera's runtime (frames -> inference -> tracking -> passes), the running cameras and
+their leases between replicas."""

@@ -32,13 +32,13 @@ from typing import Protocol
 import numpy as np
 
 from streamer.domain.frames import NO_BOXES, Frame, FrameResult, PlateReading
+from streamer.domain.plate_pass import PlatePass, TrackFate
+from streamer.foundation.metrics import Metrics
 from streamer.inference.client import InferenceError
 from streamer.inference.scheduler import Permit
 from streamer.ingest.frame_queue import FrameQueue
 from streamer.ingest.motion import TrackSignal
-from streamer.ops.metrics import Metrics
 from streamer.tracking.passes import PassDetector
-from streamer.tracking.plate_pass import PlatePass, TrackFate
 
 LOG = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ _InFlight = tuple[Frame, "asyncio.Task[tuple[PlateReading, ...]]", float]
 OnPasses = Callable[[list[PlatePass]], Awaitable[None]]
 #: Told each frame's (filtered) reads, in frame order, before the pass detector decides.
 OnResult = Callable[[FrameResult], None]
-#: Told how each track ended (streamer/tracking/plate_pass.py, ``TrackFate``).
+#: Told how each track ended (streamer/domain/plate_pass.py, ``TrackFate``).
 OnFate = Callable[[TrackFate], None]
 
 

@@ -18,21 +18,21 @@ from dataclasses import dataclass, field
 from typing import TextIO
 
 from streamer.config import CameraConfig, Settings
+from streamer.domain.cameras import CameraStatus, Snapshot
+from streamer.domain.known_plates import KnownPlates
+from streamer.domain.plate_formats import PlateFormats
+from streamer.domain.plate_pass import PlatePass
+from streamer.foundation.metrics import Metrics
+from streamer.foundation.supervisor import Supervisor
 from streamer.inference.client import ERROR_KINDS
 from streamer.ingest.frame_queue import FrameQueue
 from streamer.ingest.motion import MotionGate
 from streamer.ingest.source import CameraSource
-from streamer.ops.metrics import Metrics
 from streamer.pipeline.camera import CameraPipeline, Inference, OnFate, OnPasses, OnResult
 from streamer.pipeline.camera_health import RateMeter, describe
-from streamer.pipeline.supervisor import Supervisor
-from streamer.tracking.known_plates import KnownPlates
 from streamer.tracking.pass_params import PassParams
 from streamer.tracking.passes import PassDetector
-from streamer.tracking.plate_formats import PlateFormats
-from streamer.tracking.plate_pass import PlatePass
 from streamer.tracking.tracker import TrackerParams
-from streamer.web.view_source import CameraStatus, Snapshot
 
 LOG = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """At most one replica runs a camera: a lease per camera, a row with an expiry in PostgreSQL.
 
-Sharding (streamer/pipeline/shards.py) gives every camera one owner for a given number of
+Sharding (streamer/foundation/shards.py) gives every camera one owner for a given number of
 replicas, but while that number changes (replicas restarted one by one with the new
 ``--shard I/N``) an old replica and a new one may both think a camera is theirs; two
 replicas may run one config on purpose (a standby); and a replica can die or freeze (a

@@ -29,7 +29,7 @@ from rapidfuzz.distance import Levenshtein
 
 from streamer.config import StorageConfig
 from streamer.delivery.events import PlateEvent
-from streamer.ops.redact import redact_url
+from streamer.foundation.redact import redact_url
 
 #: Passes per page, by default and at most.
 DEFAULT_LIMIT = 50

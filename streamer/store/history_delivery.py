@@ -19,7 +19,7 @@ from streamer.config import HISTORY_CONSUMER
 from streamer.delivery.deliverer import LocalDeliverer, RefusedError
 from streamer.delivery.events import PlateEvent
 from streamer.delivery.outbox_sql import PendingDelivery
-from streamer.ops.metrics import Metrics
+from streamer.foundation.metrics import Metrics
 from streamer.store.base import EventStore, StaleLeaseError
 
 #: Writes to the store at once (one per camera: each camera's events in order).

@@ -39,7 +39,7 @@ from typing import Any, TypeVar
 import asyncpg
 
 from streamer.delivery.events import PlateEvent
-from streamer.ops.redact import redact_text, redact_url
+from streamer.foundation.redact import redact_text, redact_url
 from streamer.store.base import (
     EventQuery,
     Page,

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from streamer.delivery.events import PlateEvent
-from streamer.ops.sqlite_file import open_wal
+from streamer.foundation.sqlite_file import open_wal
 from streamer.store.base import (
     EventQuery,
     Page,
@@ -44,7 +44,7 @@ LOG = logging.getLogger(__name__)
 T = TypeVar("T")
 
 SCHEMA_VERSION = 2
-#: Version -> what makes a file of that version the next one (streamer/ops/sqlite_file.py).
+#: Version -> what makes a file of that version the next one (streamer/foundation/sqlite_file.py).
 MIGRATIONS = {
     # 2: withheld passes (plate.withheld events) kept beside the reported ones.
     1: "ALTER TABLE passes ADD COLUMN withheld INTEGER NOT NULL DEFAULT 0;",

@@ -1,1 +1,1 @@
-"""Tracking and decisions: tracker, evidence, votes, passes, plate formats, known plates."""
+"""Tracking and decisions: tracker, evidence, votes, passes."""

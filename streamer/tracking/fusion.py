@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from rapidfuzz.distance import Levenshtein
 
 from streamer.domain.frames import CharProbs
-from streamer.tracking.plate_formats import PlateFormats
+from streamer.domain.plate_formats import PlateFormats
 
 #: One position: character -> probability.
 Distribution = dict[str, float]

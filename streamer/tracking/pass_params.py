@@ -4,10 +4,9 @@ reported, built from the ``events:`` config section and a camera's ``decide``.""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
-if TYPE_CHECKING:  # only for the annotations: streamer.config imports streamer.tracking
-    from streamer.config import EventsConfig
+from streamer.config import CameraConfig, EventsConfig
 
 #: ``fast``: report at max_delay_s, correct later; ``sure``: wait for confidence or the end.
 Decide = Literal["fast", "sure"]
@@ -66,6 +65,4 @@ class PassParams:
     def defaults(cls) -> PassParams:
         """The ``events:`` section's defaults and a camera's default ``decide``, for a
         detector built without a config."""
-        from streamer.config import CameraConfig, EventsConfig  # here: config imports tracking
-
         return cls.from_config(EventsConfig(), CameraConfig.model_fields["decide"].default)

@@ -29,7 +29,7 @@ track (only low-score detections, streamer/tracking/tracker.py) is decided at it
 too, and reported if its reads qualify, but one that falls short is no withheld pass:
 nothing but its reads said a plate was there (fate ``weak``). Every
 track's end, whatever it was, is told to ``on_fate`` as a
-:class:`~streamer.tracking.plate_pass.TrackFate` (replay lists them).
+:class:`~streamer.domain.plate_pass.TrackFate` (replay lists them).
 
 With ``updates`` on, a reported track goes on collecting evidence; when its
 vote changes to another text that is confident, or that it ends on, the pass
@@ -50,7 +50,7 @@ two frames, so deduplication keeps working across the jump.
 Frames given to ``update`` must carry their picture: plate crops are compared on its
 brightness (``Frame.luma``: a decoded frame's Y plane, no conversion on the event loop).
 
-What it hands on (``PlatePass``, ``TrackedPlate``) is streamer/tracking/plate_pass.py; its
+What it hands on (``PlatePass``, ``TrackedPlate``) is streamer/domain/plate_pass.py; its
 rules (``PassParams``) are streamer/tracking/pass_params.py.
 """
 
@@ -65,11 +65,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from streamer.domain.frames import Frame, FrameResult, PlateReading
-from streamer.tracking import evidence
-from streamer.tracking.known_plates import KnownPlates, Match
-from streamer.tracking.pass_params import PassParams
-from streamer.tracking.plate_formats import PlateFormats
-from streamer.tracking.plate_pass import (
+from streamer.domain.known_plates import KnownPlates, Match
+from streamer.domain.plate_formats import PlateFormats
+from streamer.domain.plate_pass import (
     Fate,
     PassReason,
     PlatePass,
@@ -77,6 +75,8 @@ from streamer.tracking.plate_pass import (
     TrackFate,
     WithheldReason,
 )
+from streamer.tracking import evidence
+from streamer.tracking.pass_params import PassParams
 from streamer.tracking.tracker import PlateTracker, TrackerParams
 from streamer.tracking.vote import PlateVote, VoteResult
 

@@ -34,13 +34,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-if TYPE_CHECKING:  # only for the annotations: streamer.config imports streamer.tracking
-    from streamer.config import TrackerConfig
+from streamer.config import TrackerConfig
 
 #: Measurement noise of a box centre and height, as a fraction of its height (ByteTrack's 1/20).
 MEASUREMENT_STD = 1.0 / 20.0
@@ -99,8 +97,6 @@ class TrackerParams:
     @classmethod
     def defaults(cls) -> TrackerParams:
         """The ``tracker:`` section's defaults, for a tracker built without a config."""
-        from streamer.config import TrackerConfig  # here: streamer.config imports tracking
-
         return cls.from_config(TrackerConfig())
 
 

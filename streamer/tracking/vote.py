@@ -54,8 +54,8 @@ from rapidfuzz import process
 from rapidfuzz.distance import Levenshtein
 
 from streamer.domain.frames import CharProbs
+from streamer.domain.plate_formats import PlateFormats
 from streamer.tracking import fusion
-from streamer.tracking.plate_formats import PlateFormats
 
 #: Pieces of evidence kept per track; beyond that the lightest one is dropped.
 MAX_EVIDENCE = 200

@@ -28,9 +28,10 @@ import numpy as np
 from aiortc import MediaStreamTrack
 from aiortc.mediastreams import MediaStreamError
 
+from streamer.domain.cameras import Snapshot
 from streamer.domain.frames import Frame
 from streamer.web.overlay import MAX_WIDTH, render
-from streamer.web.view_source import Snapshot, ViewSource
+from streamer.web.view_source import ViewSource
 
 VIDEO_CLOCK_RATE = 90_000
 VIDEO_TIME_BASE = fractions.Fraction(1, VIDEO_CLOCK_RATE)

@@ -20,11 +20,12 @@ import numpy as np
 from aiortc import MediaStreamTrack
 from aiortc.contrib.media import MediaRelay
 
+from streamer.domain.cameras import Snapshot
 from streamer.domain.frames import Frame
-from streamer.tracking.plate_pass import TrackedPlate
+from streamer.domain.plate_pass import TrackedPlate
 from streamer.web.annotated_track import KEEPALIVE_S, AnnotatedCameraTrack
 from streamer.web.overlay import MAX_WIDTH, encode_jpeg, render
-from streamer.web.view_source import Snapshot, ViewSource
+from streamer.web.view_source import ViewSource
 
 LOG = logging.getLogger(__name__)
 

@@ -18,8 +18,8 @@ from collections.abc import Sequence
 import cv2
 import numpy as np
 
-from streamer.tracking.plate_pass import TrackedPlate
-from streamer.web.view_source import Snapshot
+from streamer.domain.cameras import Snapshot
+from streamer.domain.plate_pass import TrackedPlate
 
 #: BGR colours.
 CONFIRMED_COLOR = (0, 255, 0)

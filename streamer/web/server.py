@@ -57,8 +57,9 @@ from aiortc import RTCPeerConnection
 
 from streamer import __version__
 from streamer.config import CAMERA_NAME_PATTERN, WebConfig
+from streamer.domain.cameras import CameraStatus, Snapshot
 from streamer.domain.picture_links import PictureLinks
-from streamer.ops.listener import Listener
+from streamer.foundation.listener import Listener
 from streamer.web import auth, mjpeg, openapi, pages
 from streamer.web.api_models import (
     Camera,
@@ -75,7 +76,7 @@ from streamer.web.history import HistoryRoutes
 from streamer.web.live_events import LiveEvents
 from streamer.web.overlay import BOX_COLORS, MAX_WIDTH, encode_jpeg, render
 from streamer.web.sessions import SessionRoutes, Sessions
-from streamer.web.view_source import CameraStatus, Snapshot, ViewSource
+from streamer.web.view_source import ViewSource
 from streamer.web.webrtc import CONNECT_TIMEOUT_S, MAX_SDP_CHARS, PeerConnections, read_offer
 
 LOG = logging.getLogger(__name__)

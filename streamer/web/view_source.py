@@ -1,44 +1,17 @@
 """What the web view may read from the running service (no secrets), and the one thing it
-may ask of it: a reload of the config file."""
+may ask of it: a reload of the config file. The types it reads are the domain's
+(streamer/domain/cameras.py)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from streamer.delivery.events import PlateEvent
-from streamer.domain.frames import Frame
-from streamer.tracking.plate_pass import TrackedPlate
+from streamer.domain.cameras import CameraStatus, Snapshot
 
 if TYPE_CHECKING:
     from streamer.store.base import EventStore
-
-
-@dataclass(frozen=True)
-class CameraStatus:
-    name: str
-    state: str  # starting | connected | reconnecting | ended | stopped
-    health: str  # the state and rates in words (streamer/pipeline/camera_health.py)
-    url: str  # redacted: never the password
-    decode_fps: float
-    sample_fps: float  # configured
-    answered_fps: float  # measured over the last seconds
-    last_error: str | None  # redacted
-    frames_decoded: int
-    frames_sent: int
-    frames_answered: int
-    frames_dropped: int
-    width: int | None  # of the latest recognised frame
-    height: int | None
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """The latest recognised frame of a camera and the plates to draw on it."""
-
-    frame: Frame
-    plates: tuple[TrackedPlate, ...]
 
 
 class ViewSource(Protocol):

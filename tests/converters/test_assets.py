@@ -21,7 +21,7 @@ import pytest
 
 import converters.assets as assets_mod
 from converters.assets import ASSETS, Asset, AssetError, default_assets_dir, fetch, resolve, verify
-from streamer.ops.paths import PROJECT_ROOT
+from streamer.foundation.paths import PROJECT_ROOT
 
 
 def sha(data: bytes) -> str:

@@ -19,8 +19,8 @@ import yaml
 
 from streamer.cli.main import build_parser
 from streamer.config import load_config
+from streamer.foundation.shards import Shard
 from streamer.inference.embedded.tree import default_work_dir, prepare_server_tree, wheel_libs_dir
-from streamer.pipeline.shards import Shard
 
 PROJECT = Path(__file__).resolve().parents[2]
 LIVENESS = PROJECT / "docker" / "triton_liveness.py"

@@ -14,7 +14,7 @@ import kubernetes_validate
 import pytest
 
 from streamer.config import load_config
-from streamer.pipeline.shards import Shard
+from streamer.foundation.shards import Shard
 from tests.deploy.test_compose_and_systemd import LIVENESS_IN_IMAGE
 
 PROJECT = Path(__file__).resolve().parents[2]

@@ -18,7 +18,7 @@ from tritonclient.grpc import InferInput, InferRequestedOutput, InferResult
 from bench.common import inference_counts
 from converters import assets
 from converters.paths import import_plate_ops
-from streamer.tracking.plate_formats import PlateFormats
+from streamer.domain.plate_formats import PlateFormats
 
 plate_ops = import_plate_ops()
 

@@ -23,8 +23,8 @@ from converters import assets
 from converters.paths import PROJECT_ROOT
 from streamer.app import Service
 from streamer.config import load_config
+from streamer.domain.plate_formats import PlateFormats
 from streamer.inference.embedded.server import EmbeddedTriton
-from streamer.tracking.plate_formats import PlateFormats
 from tests.docs import marked
 
 CLIP = assets.verify(assets.asset("yard_cam.ts"), assets.default_assets_dir())

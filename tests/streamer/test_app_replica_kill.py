@@ -17,8 +17,8 @@ from pathlib import Path
 
 from converters import assets
 from converters.paths import PROJECT_ROOT
+from streamer.foundation.shards import owner
 from streamer.inference.embedded.server import EmbeddedTriton
-from streamer.pipeline.shards import owner
 from tests.polling import until
 from tests.webhook_receiver import Receiver, answer, new_secret
 

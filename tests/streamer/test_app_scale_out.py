@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING
 
 import asyncpg
 
+from streamer.foundation.shards import Shard, owner
 from streamer.inference.embedded.server import EmbeddedTriton
-from streamer.pipeline.shards import Shard, owner
 from tests.postgres_server import PostgresServer
 from tests.rtsp_server import RtspServer
 from tests.streamer.web.running_service import CLIP, RunningService, running_service

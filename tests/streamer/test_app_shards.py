@@ -11,8 +11,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from streamer.foundation.shards import Shard, owner
 from streamer.inference.embedded.server import EmbeddedTriton
-from streamer.pipeline.shards import Shard, owner
 from tests.streamer.web.running_service import CLIP, RunningService, running_service
 from tests.webhook_receiver import new_secret
 

@@ -54,16 +54,16 @@ from streamer.delivery.events import PlateEvent, build_event
 from streamer.delivery.outbox import Outbox
 from streamer.delivery.retry import retry_delay
 from streamer.domain.frames import Frame, PlateReading
+from streamer.domain.plate_pass import PlatePass
+from streamer.foundation.metrics import Metrics
+from streamer.foundation.supervisor import Supervisor
 from streamer.inference.client import InferenceError, PlateRecognizer
 from streamer.inference.embedded.server import EmbeddedTriton
 from streamer.inference.scheduler import FairScheduler, Permit, scheduler_for
-from streamer.ops.metrics import Metrics
 from streamer.ops.reload import ConfigWatcher, plan
 from streamer.pipeline.cameras import Cameras
-from streamer.pipeline.supervisor import Supervisor
 from streamer.store.base import MAX_LIMIT, EventQuery
 from streamer.store.sqlite import SQLiteEventStore
-from streamer.tracking.plate_pass import PlatePass
 from streamer.web import WebServer
 from tests.log_records import traceback_of
 from tests.plate_passes import a_pass

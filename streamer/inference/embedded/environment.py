@@ -37,11 +37,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
+from streamer.foundation.paths import PROJECT_MODEL_ENV
 from streamer.inference.embedded.errors import TritonStartError
 from streamer.inference.embedded.log import LOG
 from streamer.inference.embedded.process import alive
 from streamer.inference.embedded.tree import TRITON_VERSION
-from streamer.ops.paths import PROJECT_MODEL_ENV
 
 MODEL_ENV_VAR = "LPR_TRITON_PYTHON_ENV"
 _STUB_ENV_PREFIX = "lpr-triton-stubenv-"

@@ -1,7 +1,7 @@
 """The embedded Triton's log: one logger for this package, the server's output routed to it.
 
 Every module of ``streamer.inference.embedded`` but the watchdog logs to :data:`LOG`, named
-``streamer.inference.embedded.server``: that is the name whose level streamer/ops/logs.py,
+``streamer.inference.embedded.server``: that is the name whose level streamer/foundation/logs.py,
 the tests and the benches set (Triton's INFO chatter is for debugging), so the server's output
 and the lifecycle of its process stay under one switch.
 

@@ -24,9 +24,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO
 
+from streamer.foundation.parent_death import dying_with_parent
 from streamer.inference.embedded.errors import TritonStartError
 from streamer.inference.embedded.log import LOG
-from streamer.ops.parent_death import dying_with_parent
 
 #: Where the Python backend keeps its shared-memory regions.
 SHM_DIR = Path("/dev/shm")

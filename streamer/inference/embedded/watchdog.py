@@ -1,6 +1,6 @@
 """The embedded Triton brought back when it dies.
 
-``watch(server)`` is a supervised part (streamer/pipeline/supervisor.py): every
+``watch(server)`` is a supervised part (streamer/foundation/supervisor.py): every
 ``CHECK_S`` it looks whether the ``tritonserver`` process and each of its
 Python-backend stubs still run. When the server has died (killed, crashed, out
 of memory), or one of its stubs has (Triton does not restart a stub: every

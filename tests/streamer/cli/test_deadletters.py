@@ -15,7 +15,7 @@ from streamer.cli import deadletters as outbox_cli
 from streamer.config import (
     load_config,
 )
-from streamer.ops.metrics import Metrics
+from streamer.foundation.metrics import Metrics
 from tests.streamer.delivery.webhook_setup import (
     open_sink,
     sample,

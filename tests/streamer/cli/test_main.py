@@ -19,9 +19,9 @@ import tritonclient.grpc as grpcclient
 from converters.paths import PROJECT_ROOT
 from streamer import __version__
 from streamer.cli.main import build_parser
+from streamer.foundation.paths import DEFAULT_MODEL_REPOSITORY
 from streamer.inference.embedded.server import EmbeddedTriton
-from streamer.ops.build_info import version_report
-from streamer.ops.paths import DEFAULT_MODEL_REPOSITORY
+from streamer.ops.version_report import version_report
 
 
 def _streamer(*args: str) -> subprocess.CompletedProcess[str]:

@@ -5,6 +5,8 @@ from pathlib import Path
 import pytest
 
 from streamer.config import ConfigError
+from streamer.config.errors import _quotable
+from streamer.foundation.redact import redact_text
 from tests.streamer.config.config_files import (
     CAMERA,
     SECRET,
@@ -154,3 +156,11 @@ def test_password_not_in_errors_of_a_camera_without_a_valid_name(tmp_path: Path)
     assert "cameras[0].name: required key is missing" in message
     assert "cameras[0].sample_fps" in message
     assert SECRET not in message
+
+
+@pytest.mark.parametrize("name", ["token", "password", "secret", "api_key", "auth", "signature"])
+def test_config_errors_and_url_redaction_share_one_list_of_secret_names(name: str) -> None:
+    """A name whose value a URL's query hides is a field whose value an error never quotes."""
+    assert "hunter2" not in redact_text(f"http://host/x?{name}=hunter2")
+    assert not _quotable(("mqtt", name), "hunter2")
+    assert _quotable(("mqtt", "port"), "hunter2")

@@ -19,8 +19,8 @@ from streamer.config import (
     WebConfig,
     load_config,
 )
-from streamer.ops.paths import DEFAULT_MODEL_REPOSITORY
-from streamer.tracking.plate_formats import RUSSIAN_FORMATS
+from streamer.domain.plate_formats import RUSSIAN_FORMATS
+from streamer.foundation.paths import DEFAULT_MODEL_REPOSITORY
 from tests.streamer.config.config_files import (
     CAMERA,
     CONFIGS,

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from streamer.delivery.outbox import Outbox
-from streamer.ops.metrics import Metrics
+from streamer.foundation.metrics import Metrics
 
 
 @pytest.fixture

@@ -31,8 +31,8 @@ from streamer.delivery.consumers import HOUSEKEEPING_PART, Consumers
 from streamer.delivery.events import PlateEvent, build_event
 from streamer.delivery.outbox import Outbox, OutboxError
 from streamer.domain.frames import Frame, FrameResult, PlateReading
-from streamer.ops.metrics import Metrics
-from streamer.pipeline.supervisor import Supervisor
+from streamer.foundation.metrics import Metrics
+from streamer.foundation.supervisor import Supervisor
 from streamer.tracking.passes import PassDetector
 from tests.log_records import traceback_of
 from tests.streamer.delivery.webhook_setup import (
@@ -139,7 +139,7 @@ KILL_CHILD = textwrap.dedent(
     sys.path.insert(0, sys.argv[1])
     from tests.webhook_receiver import make_event
     from streamer.config import CameraConfig, OutboxConfig, Settings, WebhookTargetConfig
-    from streamer.ops.metrics import Metrics
+    from streamer.foundation.metrics import Metrics
     from tests.streamer.delivery.webhook_setup import open_consumers
 
     async def main():
@@ -352,7 +352,7 @@ async def test_a_crashed_worker_is_logged_once_restarted_and_delivers_after_the_
         finally:
             await sink.close()
     (crash,) = caplog.records  # logged once, by the supervisor, and nothing else failed
-    assert crash.name == "streamer.pipeline.supervisor"
+    assert crash.name == "streamer.foundation.supervisor"
     assert crash.getMessage().startswith("webhook:crm crashed (restart 1 in 1 s)")
     trace = traceback_of(crash)
     assert "json.decoder.JSONDecodeError" in trace and "in next_batch" in trace

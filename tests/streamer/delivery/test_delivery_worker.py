@@ -13,7 +13,7 @@ from collections import Counter
 from pathlib import Path
 
 from streamer.delivery.events import PlateEvent
-from streamer.ops.metrics import Metrics
+from streamer.foundation.metrics import Metrics
 from tests.streamer.delivery.webhook_setup import (
     assert_in_camera_order,
     open_sink,

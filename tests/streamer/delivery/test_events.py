@@ -9,7 +9,7 @@ import cv2
 import numpy as np
 
 from streamer.delivery.events import PlateEvent, build_event, crop_jpeg
-from streamer.tracking.known_plates import Match
+from streamer.domain.known_plates import Match
 from tests.plate_passes import EVENT_ID, a_pass
 
 

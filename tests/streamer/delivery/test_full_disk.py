@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from streamer.delivery.publisher import LOG_PART, EventPublisher
+from streamer.foundation.metrics import Metrics
 from streamer.ops import health
-from streamer.ops.metrics import Metrics
 from tests.plate_passes import a_pass
 from tests.streamer.delivery.webhook_setup import open_sink, settings, target
 from tests.webhook_receiver import Receiver, eventually

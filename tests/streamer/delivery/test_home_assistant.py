@@ -13,8 +13,8 @@ import pytest
 
 from streamer.config import MqttConfig
 from streamer.delivery import home_assistant as ha
-from streamer.ops.metrics import Metrics
-from streamer.pipeline.shards import Shard, owner
+from streamer.foundation.metrics import Metrics
+from streamer.foundation.shards import Shard, owner
 from streamer.store.installation import installation_id
 from tests.mqtt_broker import Broker, publish, retained
 from tests.streamer.delivery.test_mqtt_delivery import mqtt_settings, open_mqtt_sink

@@ -17,7 +17,7 @@ from streamer.config import OutboxConfig
 from streamer.delivery.consumers import Consumers
 from streamer.delivery.deliverer import LocalDeliverer
 from streamer.delivery.jsonl_delivery import JsonLinesDeliverer
-from streamer.ops.metrics import Metrics
+from streamer.foundation.metrics import Metrics
 from tests.streamer.delivery.webhook_setup import FAST
 from tests.webhook_receiver import eventually, make_event
 

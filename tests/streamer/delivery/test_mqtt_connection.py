@@ -9,7 +9,7 @@ import pytest
 
 from streamer.config import MqttConfig
 from streamer.delivery.mqtt_connection import MqttConnection
-from streamer.ops.metrics import Metrics
+from streamer.foundation.metrics import Metrics
 
 
 def _connection(config: MqttConfig) -> MqttConnection:

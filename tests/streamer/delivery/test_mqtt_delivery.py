@@ -26,8 +26,8 @@ from streamer.config import CameraConfig, MqttConfig, OutboxConfig, Settings
 from streamer.delivery.consumers import Consumers
 from streamer.delivery.events import PlateEvent, Sighting
 from streamer.delivery.publisher import EventPublisher
+from streamer.foundation.metrics import Metrics
 from streamer.ops import health
-from streamer.ops.metrics import Metrics
 from tests.mqtt_broker import Broker, Message, Subscriber, make_test_ca, retained
 from tests.streamer.delivery.webhook_setup import (
     FAST,
@@ -228,7 +228,7 @@ KILL_CHILD = textwrap.dedent(
     sys.path.insert(0, sys.argv[1])
     from tests.webhook_receiver import make_event
     from streamer.config import CameraConfig, MqttConfig, OutboxConfig, Settings
-    from streamer.ops.metrics import Metrics
+    from streamer.foundation.metrics import Metrics
     from tests.streamer.delivery.webhook_setup import open_consumers
 
     async def main():

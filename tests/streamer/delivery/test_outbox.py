@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from streamer.delivery.outbox import Outbox, OutboxError
-from streamer.ops.metrics import Metrics
+from streamer.foundation.metrics import Metrics
 from tests.webhook_receiver import make_event
 
 

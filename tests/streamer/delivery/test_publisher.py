@@ -24,7 +24,7 @@ from streamer.delivery.events import PlateEvent, build_event
 from streamer.delivery.jsonl_delivery import JsonLinesDeliverer
 from streamer.delivery.outbox import Outbox
 from streamer.delivery.publisher import LOG_PART, EventPublisher
-from streamer.ops.metrics import Metrics
+from streamer.foundation.metrics import Metrics
 from tests.plate_passes import a_pass
 from tests.streamer.delivery.webhook_setup import FAST
 from tests.webhook_receiver import eventually

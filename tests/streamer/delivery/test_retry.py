@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from streamer.delivery.retry import backoff_delay, retry_after_seconds, retry_delay
-from streamer.ops.metrics import Metrics
+from streamer.delivery.retry import retry_after_seconds, retry_delay
+from streamer.foundation.backoff import backoff_delay
+from streamer.foundation.metrics import Metrics
 from tests.streamer.delivery.webhook_setup import (
     open_sink,
     sample,

@@ -23,7 +23,7 @@ from standardwebhooks import Webhook, WebhookVerificationError
 
 from streamer.delivery.webhook_delivery import USER_AGENT
 from streamer.domain.picture_links import PictureLinks, picture_urls
-from streamer.ops.metrics import Metrics
+from streamer.foundation.metrics import Metrics
 from tests.streamer.delivery.webhook_setup import (
     open_sink,
     sample,

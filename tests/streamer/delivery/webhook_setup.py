@@ -14,8 +14,8 @@ from streamer.delivery.consumers import Consumers
 from streamer.delivery.deliverer import LocalDeliverer
 from streamer.delivery.events import PlateEvent
 from streamer.domain.picture_links import PictureLinks
-from streamer.ops.metrics import Metrics
-from streamer.pipeline.shards import Shard
+from streamer.foundation.metrics import Metrics
+from streamer.foundation.shards import Shard
 
 FAST = {"poll_interval_s": 0.2, "close_timeout_s": 1.0, "outbox_error_delay_s": 0.2}
 

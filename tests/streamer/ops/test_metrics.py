@@ -24,8 +24,9 @@ from streamer import __version__
 from streamer.app import Service
 from streamer.config import load_config
 from streamer.delivery.publisher import EventPublisher
+from streamer.foundation.metrics import Metrics
 from streamer.inference.embedded.server import EmbeddedTriton
-from streamer.ops.metrics import BUILD_INFO_LABELS, Metrics
+from streamer.ops.service_metrics import BUILD_INFO_LABELS
 from tests.mqtt_broker import Broker
 from tests.plate_passes import a_pass
 from tests.polling import until

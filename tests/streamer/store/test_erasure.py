@@ -14,10 +14,10 @@ import pytest
 from streamer.delivery.events import PlateEvent, build_event
 from streamer.delivery.outbox import Outbox
 from streamer.delivery.recent_events import RecentEvents
+from streamer.domain.plate_pass import WithheldReason
 from streamer.store import erasure
 from streamer.store.base import EventQuery
 from streamer.store.sqlite import SQLiteEventStore
-from streamer.tracking.plate_pass import WithheldReason
 from tests.plate_passes import a_pass
 
 PLATE = "H123XX77"

@@ -20,11 +20,11 @@ import pytest
 
 from streamer.config import StorageConfig
 from streamer.delivery.events import PlateEvent, build_event
+from streamer.domain.known_plates import Match
+from streamer.domain.plate_pass import WithheldReason
 from streamer.store.base import CursorError, EventQuery, open_event_store
 from streamer.store.retention import keep_within_retention
 from streamer.store.sqlite import SQLiteEventStore
-from streamer.tracking.known_plates import Match
-from streamer.tracking.plate_pass import WithheldReason
 from tests.plate_passes import a_pass
 
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z

@@ -24,7 +24,7 @@ from streamer.config import OutboxConfig, StorageConfig, load_config
 from streamer.delivery.consumers import Consumers, Progress
 from streamer.delivery.events import LeaseStamp, utc_iso
 from streamer.delivery.webhook_delivery import WebhookPoster
-from streamer.ops.metrics import Metrics
+from streamer.foundation.metrics import Metrics
 from streamer.pipeline.leases import CameraLeases
 from streamer.store.base import open_event_store
 from streamer.store.history_delivery import HistoryDeliverer

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from streamer.domain.frames import Frame, FrameResult, PlateReading
+from streamer.domain.plate_formats import PlateFormats
+from streamer.domain.plate_pass import PlatePass
 from streamer.tracking.pass_params import PassParams
 from streamer.tracking.passes import PassDetector
-from streamer.tracking.plate_formats import PlateFormats
-from streamer.tracking.plate_pass import PlatePass
 from streamer.tracking.tracker import TrackerParams
 from tests.streamer.tracking.pass_rules import CAMERA, EVERY_READ, params_with
 

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from streamer.domain.frames import Frame, FrameResult, PlateReading
-from streamer.tracking.known_plates import KnownList, KnownPlates, Match
+from streamer.domain.known_plates import KnownList, KnownPlates, Match
+from streamer.domain.plate_pass import PlatePass
 from streamer.tracking.passes import PassDetector
-from streamer.tracking.plate_pass import PlatePass
 from tests.streamer.tracking.pass_rules import CAMERA, EVERY_READ, params_with
 
 # ---- Evidence and corrections, on small pictures: a plate at PLATE_BOX in a 60x200 frame.

@@ -1,7 +1,7 @@
 import pytest
 
+from streamer.domain.plate_formats import PlateFormats
 from streamer.tracking import fusion
-from streamer.tracking.plate_formats import PlateFormats
 from streamer.tracking.vote import PlateVote, VoteResult
 
 

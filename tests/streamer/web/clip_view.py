@@ -18,12 +18,12 @@ from aiortc import RTCPeerConnection
 
 from converters import assets
 from streamer.delivery.events import PlateEvent, build_event
+from streamer.domain.cameras import CameraStatus, Snapshot
 from streamer.domain.frames import Frame, FrameResult
 from streamer.inference.client import PlateRecognizer
 from streamer.tracking.pass_params import PassParams
 from streamer.tracking.passes import PassDetector
 from streamer.web import WebServer
-from streamer.web.view_source import CameraStatus, Snapshot
 
 CLIP = assets.verify(assets.asset("yard_cam.ts"), assets.default_assets_dir())
 #: Frames of the clip recorded: the parked car's plate in all, the passing car's in 10 and 15.

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 from converters import assets
 from streamer.app import Service
 from streamer.config import load_config
-from streamer.pipeline.shards import Shard
+from streamer.foundation.shards import Shard
 from tests.webhook_receiver import Receiver
 
 T = TypeVar("T")

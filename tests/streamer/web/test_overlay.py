@@ -6,8 +6,9 @@ import cv2
 import numpy as np
 import pytest
 
+from streamer.domain.cameras import Snapshot
 from streamer.domain.frames import Frame
-from streamer.tracking.plate_pass import TrackedPlate
+from streamer.domain.plate_pass import TrackedPlate
 from streamer.web.overlay import (
     BOX_COLORS,
     CONFIRMED_COLOR,
@@ -19,7 +20,6 @@ from streamer.web.overlay import (
     read_label,
     render,
 )
-from streamer.web.view_source import Snapshot
 
 
 def _mask(image: np.ndarray, color: tuple[int, int, int]) -> np.ndarray:

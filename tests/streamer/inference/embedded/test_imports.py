@@ -16,7 +16,7 @@ NAMING_IT = (
     "streamer.inference.client",
     "streamer.ops.startup",
     "streamer.ops.health",
-    "streamer.ops.logs",
+    "streamer.foundation.logs",
 )
 
 

@@ -1,4 +1,4 @@
-"""streamer.ops.listener: an HTTP server whose listening socket closes is brought back on
+"""streamer.foundation.listener: an HTTP server whose listening socket closes is brought back on
 the same port by its supervisor, and the crash is logged once with its traceback; malformed
 requests are answered 400 and logged once per burst, without tracebacks or their text."""
 
@@ -11,9 +11,9 @@ from typing import Any
 
 from aiohttp import web
 
-from streamer.ops import listener as listener_module
-from streamer.ops.listener import Listener
-from streamer.pipeline.supervisor import Supervisor
+from streamer.foundation import listener as listener_module
+from streamer.foundation.listener import Listener
+from streamer.foundation.supervisor import Supervisor
 from tests.log_records import traceback_of
 from tests.polling import until
 
@@ -38,7 +38,7 @@ async def test_a_server_that_stops_listening_is_listened_again_on_its_port(caplo
     supervisor.start("web", listener.keep_serving)
     await asyncio.sleep(0.3)  # the part watches the socket
     try:
-        with caplog.at_level(logging.ERROR, logger="streamer.pipeline.supervisor"):
+        with caplog.at_level(logging.ERROR, logger="streamer.foundation.supervisor"):
             # The listening socket closes under the service (what an fd closed by mistake, or
             # an accept loop that died, looks like from here).
             listener._site._server.close()  # type: ignore[union-attr]
@@ -96,7 +96,7 @@ async def test_malformed_requests_are_one_warning_per_burst_without_tracebacks(
         await listener.stop()
     assert answer.split(b"\r\n")[0].endswith(b" 400 Bad Request")
     warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
-    assert [r.name for r in warnings] == ["streamer.ops.listener"] * 2, warnings
+    assert [r.name for r in warnings] == ["streamer.foundation.listener"] * 2, warnings
     assert "malformed HTTP request from 127.0.0.1" in warnings[0].getMessage()
     assert "(19 more since the last warning)" in warnings[1].getMessage()
     assert not [r for r in caplog.records if r.exc_info]

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from streamer.ops.file_owner import FileInUseError, lock_path, take_ownership
+from streamer.foundation.file_owner import FileInUseError, lock_path, take_ownership
 
 HOLD = """
 import sys, time
 from pathlib import Path
-from streamer.ops.file_owner import take_ownership
+from streamer.foundation.file_owner import take_ownership
 take_ownership(Path(sys.argv[1]))
 print("held", flush=True)
 time.sleep(60)

@@ -17,8 +17,9 @@ from urllib.parse import unquote, urlsplit
 
 MASK = "***"
 
-#: Query parameter names whose values are secrets (matched anywhere in the name).
-_SECRET_PARAM = re.compile(r"token|pass|pwd|secret|key|auth|sig|credential", re.IGNORECASE)
+#: Names whose values are secrets, matched anywhere in the name: URL query parameters, and
+#: the config's fields (a config error never quotes their values).
+SECRET_NAME = re.compile(r"token|pass|pwd|secret|key|auth|sig|credential", re.IGNORECASE)
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 _USERINFO_IN_TEXT = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)([^\s/?#'\"]*)@")
 #: (The value stops before punctuation that ends the sentence around it: "...?code=abc: 503".)
@@ -97,7 +98,7 @@ def redact_url(url: str) -> str:
 
 def _redact_param(param: str) -> str:
     name, eq, value = param.partition("=")
-    secret = _SECRET_PARAM.search(unquote(name)) or token_like(value)
+    secret = SECRET_NAME.search(unquote(name)) or token_like(value)
     return f"{name}={MASK}" if eq and secret else param
 
 
@@ -109,7 +110,7 @@ def redact_text(text: str, secrets: list[str] | tuple[str, ...] = ()) -> str:
         return f"{match.group(1)}{masked}@"
 
     def param(match: re.Match[str]) -> str:
-        if _SECRET_PARAM.search(unquote(match.group("name"))) or token_like(match.group("value")):
+        if SECRET_NAME.search(unquote(match.group("name"))) or token_like(match.group("value")):
             return f"{match.group('key')}{MASK}"
         return match.group(0)
 

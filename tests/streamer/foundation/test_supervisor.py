@@ -11,9 +11,9 @@ from converters import assets
 from streamer.app import Service
 from streamer.config import load_config
 from streamer.domain.frames import FrameResult
+from streamer.foundation.supervisor import Supervisor
 from streamer.inference.embedded.server import EmbeddedTriton
 from streamer.ops.server import OpsServer
-from streamer.pipeline.supervisor import Supervisor
 from tests.log_records import traceback_of
 
 
@@ -32,7 +32,7 @@ async def test_a_crashed_part_is_logged_with_its_traceback_and_runs_again(
         await asyncio.Event().wait()  # runs until stopped
 
     supervisor = Supervisor(backoff_s=0.01)
-    with caplog.at_level(logging.ERROR, logger="streamer.pipeline.supervisor"):
+    with caplog.at_level(logging.ERROR, logger="streamer.foundation.supervisor"):
         supervisor.start("events-file", flaky)
         await asyncio.wait_for(settled.wait(), 5)
     part = supervisor.parts["events-file"]
@@ -170,7 +170,7 @@ async def test_a_crashed_camera_pipeline_restarts_and_the_other_camera_goes_on(
     runner = asyncio.create_task(service.run())
     states = set()
     try:
-        with caplog.at_level(logging.ERROR, logger="streamer.pipeline.supervisor"):
+        with caplog.at_level(logging.ERROR, logger="streamer.foundation.supervisor"):
             for _ in range(3000):  # until yard has answers again after its restart
                 part = service.supervisor.parts.get("camera-yard")
                 if part is not None:

@@ -1,10 +1,10 @@
-"""streamer.ops.redact: the one rule for URLs and texts in logs, metrics, the API and the UI."""
+"""streamer.foundation.redact: the one rule for URLs and texts in logs, metrics, API and UI."""
 
 from __future__ import annotations
 
 import pytest
 
-from streamer.ops.redact import redact_text, redact_url, secrets_of
+from streamer.foundation.redact import redact_text, redact_url, secrets_of
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,6 @@
 import pytest
 
-from streamer.tracking.plate_formats import PlateFormats
+from streamer.domain.plate_formats import PlateFormats
 
 
 @pytest.mark.parametrize("text", ["O567AM76", "Y836XH76", "B840CK197", "AB12377", "1234AB77"])

@@ -1,4 +1,4 @@
-"""streamer.ops.allocator: big buffers stay mapped, and go back to the system when freed."""
+"""streamer.foundation.allocator: big buffers stay mapped, and go back to the system when freed."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import textwrap
 _PROBE = textwrap.dedent(
     """
     import ctypes, ctypes.util, sys
-    from streamer.ops.allocator import tune_allocator
+    from streamer.foundation.allocator import tune_allocator
 
     class MallInfo2(ctypes.Structure):
         _fields_ = [(n, ctypes.c_size_t) for n in (

@@ -1,4 +1,4 @@
-"""streamer.tracking.known_plates: matching rules, then a misread plate on footage (Triton)."""
+"""streamer.domain.known_plates: matching rules, then a misread plate on footage (Triton)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from bench import accuracy
 from converters import assets
 from streamer.app import Service
 from streamer.config import load_config
+from streamer.domain.known_plates import KnownList, KnownPlates, Match
 from streamer.inference.embedded.server import EmbeddedTriton
-from streamer.tracking.known_plates import KnownList, KnownPlates, Match
 
 
 def test_a_plate_within_the_distance_matches() -> None:

@@ -1,7 +1,7 @@
 import json
 import logging
 
-from streamer.ops.logs import JsonFormatter, RedactingFilter
+from streamer.foundation.logs import JsonFormatter, RedactingFilter
 
 
 def test_filter_scrubs_arguments_and_exceptions() -> None:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from streamer.domain.frames import Frame, PlateReading
-from streamer.tracking.known_plates import Match
+from streamer.domain.known_plates import Match
 
 #: Why a pass was reported (see streamer/tracking/passes.py).
 PassReason = Literal["confident", "track_ended", "max_delay", "flush"]
@@ -69,7 +69,7 @@ class PlatePass:
     event_id: str
     version: int = 1
     previous_text: str | None = None
-    #: The known plate ``text`` matched (streamer/tracking/known_plates.py), if any.
+    #: The known plate ``text`` matched (streamer/domain/known_plates.py), if any.
     match: Match | None = None
     #: The vote's own text when ``text`` is a known plate snapped to (else None).
     voted_text: str | None = None

@@ -1,4 +1,4 @@
-"""streamer.ops.parent_death: a wrapped child dies with the process that started it."""
+"""streamer.foundation.parent_death: a wrapped child dies with the process that started it."""
 
 from __future__ import annotations
 
@@ -11,14 +11,14 @@ import time
 
 import pytest
 
+from streamer.foundation.parent_death import dying_with_parent
 from streamer.inference.embedded.process import alive
-from streamer.ops.parent_death import dying_with_parent
 
 #: A parent that starts ``sleep 60`` (wrapped or not, as argv[1] says), prints its pid and waits.
 PARENT = textwrap.dedent(
     """
     import subprocess, sys, time
-    from streamer.ops.parent_death import dying_with_parent
+    from streamer.foundation.parent_death import dying_with_parent
     cmd = ["sleep", "60"]
     if sys.argv[1] == "wrapped":
         cmd = dying_with_parent(cmd)

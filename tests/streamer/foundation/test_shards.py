@@ -9,7 +9,7 @@ from collections import Counter
 
 import pytest
 
-from streamer.pipeline.shards import Shard, owner
+from streamer.foundation.shards import Shard, owner
 
 CAMERAS = [f"cam-{i:03d}" for i in range(600)]
 

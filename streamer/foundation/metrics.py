@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING
 
 from prometheus_client import (
     CollectorRegistry,
@@ -31,11 +30,6 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from streamer.ops.build_info import UNKNOWN, ModelBuild, package_version
-
-if TYPE_CHECKING:
-    from streamer.inference.endpoints import Endpoint
-
 # Process-wide in prometheus-client, and read as each series is made: before any metric.
 disable_created_metrics()
 
@@ -46,16 +40,6 @@ EVENT_LATENCY_BUCKETS = (0.25, 0.5, 1, 2, 4, 6, 8, 10, 15, 20, 30, 60, 120)
 #: The outcomes of ``lpr_webhook_deliveries_total`` (streamer/delivery/webhook_delivery.py
 #: counts a dead letter as ``dead_letter``).
 WEBHOOK_OUTCOMES = ("delivered", "retry", "dead_letter")
-#: The labels of ``lpr_build_info``, one series per Triton endpoint (docs/metrics.md).
-BUILD_INFO_LABELS = [
-    "endpoint",
-    "version",
-    "triton_version",
-    "model_built_at",
-    "model_runtime",
-    "model_precision",
-    "detector_input",
-]
 
 
 class Metrics:
@@ -253,36 +237,3 @@ def counter(name: str, documentation: str, labels: list[str]) -> CounterMetricFa
 
 def gauge(name: str, documentation: str, labels: list[str]) -> GaugeMetricFamily:
     return GaugeMetricFamily(name, documentation, labels=labels)
-
-
-def build_info(endpoints: Iterable[Endpoint], embedded: ModelBuild | None) -> GaugeMetricFamily:
-    """``lpr_build_info``: 1 per Triton endpoint, the versions as labels: the package's, the
-    endpoint's Triton's and the build of the models it serves. That build is ``embedded``, the
-    ``build_info.json`` of the repository the embedded Triton serves, when there is one; else
-    what the endpoint's model config says (the detector's input). Before any endpoint (an
-    embedded Triton starting), one series with an empty ``endpoint``."""
-    family = gauge(
-        "lpr_build_info",
-        "1 per Triton endpoint; the versions as labels: the package's, the Triton server's "
-        "and the served models' build (unknown until known).",
-        BUILD_INFO_LABELS,
-    )
-    served = [
-        (e.url, e.triton_version or UNKNOWN, embedded or e.model_build or ModelBuild())
-        for e in endpoints
-    ]
-    version = package_version()
-    for endpoint, triton_version, model in served or [("", UNKNOWN, embedded or ModelBuild())]:
-        family.add_metric(
-            [
-                endpoint,
-                version,
-                triton_version,
-                model.built_at,
-                model.runtime,
-                model.precision,
-                model.detector_input,
-            ],
-            1,
-        )
-    return family

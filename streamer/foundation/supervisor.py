@@ -23,6 +23,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Literal
 
+from streamer.foundation.backoff import backoff_ceiling
+
 LOG = logging.getLogger(__name__)
 
 #: First wait before a crashed part runs again; doubled per consecutive crash...
@@ -88,9 +90,9 @@ class Supervisor:
         return [name for name, part in self.parts.items() if part.crash_loop]
 
     def backoff(self, crashes: int) -> float:
-        """The wait before the next run after ``crashes`` consecutive crashes (>= 1); the
-        exponent stops at 62 (``2**1024`` is past any float: a part crash-looping for hours)."""
-        return float(min(self.backoff_s * 2.0 ** min(max(crashes - 1, 0), 62), self.max_backoff_s))
+        """The wait before the next run after ``crashes`` consecutive crashes (>= 1): the
+        backoff's ceiling, no jitter (one process restarts its own parts)."""
+        return backoff_ceiling(crashes, self.backoff_s, self.max_backoff_s)
 
     def task(self, name: str) -> asyncio.Task[None] | None:
         return self._tasks.get(name)

@@ -2,7 +2,7 @@
 
 Camera URLs are logged in their redacted form by the code that logs them; the
 filter here is the safety net for anything else (a library's exception text
-that quotes the URL, say), with the one rule of streamer/ops/redact.py.
+that quotes the URL, say), with the one rule of streamer/foundation/redact.py.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import logging
 import sys
 from datetime import UTC, datetime
 
-from streamer.ops.redact import redact_text
+from streamer.foundation.redact import redact_text
 
 _FORMATTER = logging.Formatter()
 
