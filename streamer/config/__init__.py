@@ -43,7 +43,13 @@ from streamer.config.errors import ConfigError
 from streamer.config.inference import TritonConfig
 from streamer.config.loader import load_config, load_outbox_config, parse_yaml
 from streamer.config.mqtt import MQTT_TARGET, DiscoveryConfig, MqttConfig, MqttTlsConfig
-from streamer.config.service import LogConfig, MetricsConfig, ReloadConfig, WebConfig
+from streamer.config.service import (
+    IceServerConfig,
+    LogConfig,
+    MetricsConfig,
+    ReloadConfig,
+    WebConfig,
+)
 from streamer.config.settings import Settings
 from streamer.config.storage import StorageConfig
 
@@ -58,6 +64,7 @@ __all__ = [
     "ConfigError",
     "DiscoveryConfig",
     "EventsConfig",
+    "IceServerConfig",
     "KnownPlatesConfig",
     "LogConfig",
     "MetricsConfig",

@@ -20,6 +20,67 @@ LinkKeyPath = config_path(DEFAULT_LINK_KEY_PATH)
 MIN_LINK_SECRET_CHARS = 32
 
 
+#: The schemes of an ICE server's URLs (RFC 7064, RFC 7065).
+ICE_SCHEMES = ("stun:", "turn:", "turns:")
+
+
+class IceServerConfig(Section):
+    """A STUN or TURN server for the live view's WebRTC: the browser and the service both
+    use it to find a path to each other (a TURN server relays the video where no direct path
+    exists, e.g. no UDP between them)."""
+
+    urls: list[str] = Field(
+        min_length=1,
+        max_length=16,
+        description="stun:, turn: or turns: URLs of one server (turn:host:3478?transport=tcp "
+        "for TURN over TCP).",
+    )
+    username: str | None = Field(
+        None, max_length=512, description="TURN user name, with credential."
+    )
+    credential: SecretStr | None = Field(
+        None,
+        description="TURN password, with username. A logged-in browser receives it (it "
+        "cannot use the server otherwise): prefer shared_secret.",
+    )
+    shared_secret: SecretStr | None = Field(
+        None,
+        description="The TURN server's shared secret (coturn's static-auth-secret): each "
+        "browser gets a user name and password of its own, valid for credential_ttl_s "
+        "(the TURN REST API); the secret itself never leaves the service.",
+    )
+    credential_ttl_s: float = Field(
+        86_400.0,
+        ge=60,
+        le=30 * 86_400,
+        description="How long the password made from shared_secret stays valid.",
+    )
+
+    @field_validator("urls")
+    @classmethod
+    def _ice_urls(cls, urls: list[str]) -> list[str]:
+        for url in urls:
+            if not url.startswith(ICE_SCHEMES) or len(url) > 1024:
+                raise ValueError(f"{url!r} is not a stun:, turn: or turns: URL")
+        return urls
+
+    @field_validator("credential", "shared_secret", mode="before")
+    @classmethod
+    def _secret_empty_is_none(cls, value: Any) -> Any:
+        return empty_to_none(value)
+
+    @model_validator(mode="after")
+    def _one_way_to_log_in(self) -> IceServerConfig:
+        turn = any(url.startswith(("turn:", "turns:")) for url in self.urls)
+        if self.shared_secret is not None and (self.username or self.credential):
+            raise ValueError("give shared_secret, or username and credential, not both")
+        if (self.username is None) != (self.credential is None):
+            raise ValueError("username and credential go together")
+        if turn and self.shared_secret is None and self.credential is None:
+            raise ValueError("a TURN server needs username and credential, or shared_secret")
+        return self
+
+
 class WebConfig(Section):
     """The HTTP server (live view and API)."""
 
@@ -71,6 +132,19 @@ class WebConfig(Section):
         description=f"Key of the signed picture links (at least {MIN_LINK_SECRET_CHARS} "
         "characters; replicas behind one address must share it); absent: a random key kept "
         "in link_key_path.",
+    )
+    ice_servers: list[IceServerConfig] = Field(
+        default_factory=list,
+        max_length=16,
+        description="STUN and TURN servers for the live view's WebRTC; none: direct "
+        "connections only (the same network, or a port-forwarded host).",
+    )
+    webrtc_fallback_s: float = Field(
+        8.0,
+        ge=1,
+        le=120,
+        description="Seconds the live view waits for a camera's WebRTC to connect before it "
+        "shows the MJPEG stream instead (also at once when WebRTC fails before it played).",
     )
     link_key_path: LinkKeyPath = Field(
         DEFAULT_LINK_KEY_PATH,

@@ -164,6 +164,23 @@ class Info(Model):
     )
 
 
+class IceServer(Model):
+    urls: list[str] = Field(description="stun:, turn: or turns: URLs of one server.")
+    username: str | None = Field(None, description="TURN user name.")
+    credential: str | None = Field(
+        None, description="TURN password (made for this browser where the service can)."
+    )
+
+
+class WebRtcSettings(Model):
+    ice_servers: list[IceServer] = Field(
+        description="STUN and TURN servers for the page's peer connections (web.ice_servers)."
+    )
+    fallback_s: float = Field(
+        description="Seconds to wait for WebRTC to connect before showing the MJPEG stream."
+    )
+
+
 class Shards(Model):
     shard: str = Field(description="This replica, I/N (0/1: one replica runs every camera).")
     cameras: dict[str, int] = Field(

@@ -113,6 +113,12 @@ def _paths() -> dict[str, PathItem]:
             get=_op("This document", {"200": _json(Schema(type="object"))})
         ),
         "/api/info": PathItem(get=_op("What the pages need to know", {"200": _json(m.Info)})),
+        "/api/webrtc": PathItem(
+            get=_op(
+                "STUN and TURN servers for the live view, and when it falls back to MJPEG",
+                {"200": _json(m.WebRtcSettings)},
+            )
+        ),
         "/api/shards": PathItem(
             get=_op("This replica and which replica runs each camera", {"200": _json(m.Shards)})
         ),

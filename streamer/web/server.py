@@ -9,6 +9,8 @@ Routes (every one behind the token when one is configured):
   ``GET /api/info``: what the pages need to know (login, history, cameras, labels, the
   colours of the live view's boxes);
   ``GET /api/shards``: this replica (``I/N``) and which replica runs each camera;
+  ``GET /api/webrtc``: the STUN and TURN servers for the live view's peer connections, and
+  how long it waits for one before it shows the MJPEG stream;
 * ``GET /api/cameras``, ``GET /api/cameras/{name}``: status, health in words, fps
   configured and answered, last error, the plates of the latest recognised frame, the
   stream URLs;
@@ -67,6 +69,7 @@ from streamer.web.api_models import (
     ReloadOutcome,
     SessionDescription,
     Shards,
+    WebRtcSettings,
     dump,
 )
 from streamer.web.auth_limits import FailureLimiter
@@ -77,7 +80,13 @@ from streamer.web.live_events import LiveEvents
 from streamer.web.overlay import BOX_COLORS, MAX_WIDTH, encode_jpeg, render
 from streamer.web.sessions import SessionRoutes, Sessions
 from streamer.web.view_source import ViewSource
-from streamer.web.webrtc import CONNECT_TIMEOUT_S, MAX_SDP_CHARS, PeerConnections, read_offer
+from streamer.web.webrtc import (
+    CONNECT_TIMEOUT_S,
+    MAX_SDP_CHARS,
+    PeerConnections,
+    ice_servers,
+    read_offer,
+)
 
 LOG = logging.getLogger(__name__)
 
@@ -122,8 +131,10 @@ class WebServer:
         self._closing = asyncio.Event()
         self.live = LiveEvents(view, self._closing)
         self._peers = PeerConnections(
-            self._spawn, self._drop_if_idle, self._closing, connect_timeout_s
+            self._spawn, self._drop_if_idle, self._closing, connect_timeout_s, config.ice_servers
         )
+        self._ice = config.ice_servers
+        self.webrtc_fallback_s = config.webrtc_fallback_s
         self._stop_lock = asyncio.Lock()
         self._stopped = False
         self.listener: Listener | None = None
@@ -155,6 +166,7 @@ class WebServer:
         app.router.add_get("/api/openapi.json", self._openapi)
         app.router.add_get("/api/info", self._info)
         app.router.add_get("/api/shards", self._shards)
+        app.router.add_get("/api/webrtc", self._webrtc_settings)
         app.router.add_get("/api/events/live", self.live.stream)  # before /api/events/{id}
         app.router.add_get("/api/cameras", self._cameras)
         app.router.add_get("/api/cameras/{name}", self._camera)
@@ -246,6 +258,10 @@ class WebServer:
             "box_colors": BOX_COLORS,
         }
         return web.json_response(dump(Info, info))
+
+    async def _webrtc_settings(self, request: web.Request) -> web.Response:
+        settings = {"ice_servers": ice_servers(self._ice), "fallback_s": self.webrtc_fallback_s}
+        return web.json_response(dump(WebRtcSettings, settings))
 
     async def _shards(self, request: web.Request) -> web.Response:
         return web.json_response(dump(Shards, self.view.shards()))

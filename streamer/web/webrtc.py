@@ -1,18 +1,25 @@
 """WebRTC viewers of the live view: one aiortc peer connection per viewer, fed by its camera's
 feed (one producer track for all of them, relayed; see :mod:`streamer.web.feed`).
 
-The page posts its offer once ICE gathering is complete (no trickle ICE, no STUN: the
-answer carries every candidate). A peer connection is closed, once, when it fails, closes,
-or does not connect within ``connect_timeout_s``; all of them when the server stops. Every
-log line about one names its short random id.
+The page posts its offer once ICE gathering is complete (no trickle ICE: the answer carries
+every candidate). STUN and TURN servers (``web.ice_servers``) serve both ends: the page gets
+them from ``GET /api/webrtc`` (:func:`ice_servers`), a TURN server with a shared secret as a
+user name and password made for that browser (the TURN REST API), never the secret. A peer
+connection is closed, once, when it fails, closes, or does not connect within
+``connect_timeout_s``; all of them when the server stops. Every log line about one names its
+short random id.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import hashlib
+import hmac
 import logging
 import secrets
+import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,11 +28,13 @@ from aiohttp import web
 from aiortc import (
     MediaStreamTrack,
     RTCConfiguration,
+    RTCIceServer,
     RTCPeerConnection,
     RTCRtpSender,
     RTCSessionDescription,
 )
 
+from streamer.config import IceServerConfig
 from streamer.web.errors import json_error
 from streamer.web.feed import CameraFeed
 
@@ -38,6 +47,36 @@ MAX_SDP_CHARS = 64 * 1024
 
 #: Starts a named task the server keeps (and cancels on stop).
 Spawn = Callable[[Coroutine[Any, Any, Any], str], asyncio.Task[Any]]
+
+
+#: The user name part after the expiry in a TURN REST API user name (``<expiry>:<user>``).
+TURN_REST_USER = "lpr"
+
+
+def ice_servers(configs: list[IceServerConfig], now: float | None = None) -> list[dict[str, Any]]:
+    """The ICE servers as a browser's ``RTCPeerConnection`` takes them (``urls``,
+    ``username``, ``credential``). A server with a ``shared_secret`` gets a user name that
+    expires (``<unix time + ttl>:lpr``) and the password the TURN server derives from it:
+    base64(HMAC-SHA1(secret, user name)), as coturn's ``use-auth-secret`` checks it."""
+    now = time.time() if now is None else now
+    servers = []
+    for config in configs:
+        server: dict[str, Any] = {"urls": list(config.urls)}
+        if config.shared_secret is not None:
+            username = f"{int(now + config.credential_ttl_s)}:{TURN_REST_USER}"
+            digest = hmac.new(
+                config.shared_secret.get_secret_value().encode(),
+                username.encode(),
+                hashlib.sha1,
+            ).digest()
+            server |= {"username": username, "credential": base64.b64encode(digest).decode()}
+        elif config.credential is not None:
+            server |= {
+                "username": config.username,
+                "credential": config.credential.get_secret_value(),
+            }
+        servers.append(server)
+    return servers
 
 
 @dataclass(eq=False)
@@ -81,8 +120,10 @@ class PeerConnections:
         release: Callable[[CameraFeed], None],
         closing: asyncio.Event,
         connect_timeout_s: float = CONNECT_TIMEOUT_S,
+        ice: list[IceServerConfig] | None = None,
     ) -> None:
         self.connect_timeout_s = connect_timeout_s
+        self._ice = ice or []
         self._spawn = spawn
         self._release = release
         self._closing = closing
@@ -96,7 +137,9 @@ class PeerConnections:
     async def answer(self, camera: str, sdp: str, feed: CameraFeed) -> RTCSessionDescription:
         """A new viewer of ``camera`` on ``feed``: the answer to its offer ``sdp``; 400 when
         the offer is unusable, 503 when the server stops meanwhile."""
-        pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
+        pc = RTCPeerConnection(
+            RTCConfiguration(iceServers=[RTCIceServer(**s) for s in ice_servers(self._ice)])
+        )
         viewer = Viewer(secrets.token_hex(4), camera, pc, feed.subscribe(), feed)
         self._viewers[pc] = viewer  # before any await: stop() sees it
 

@@ -1,4 +1,4 @@
-// The live view: every camera's video (WebRTC, MJPEG where the browser has none), the
+// The live view: every camera's video (WebRTC; MJPEG where it cannot connect), the
 // plates of its latest recognised frame, its health in words; the legend of the boxes' colours;
 // the recent events.
 "use strict";
@@ -27,28 +27,73 @@
     });
   }
 
+  // STUN/TURN servers and the fallback delay (GET /api/webrtc), asked once per page.
+  let webrtcSettings = null;
+  function settings() {
+    if (!webrtcSettings) {
+      webrtcSettings = api("/api/webrtc").catch(() => ({ ice_servers: [], fallback_s: 8 }));
+    }
+    return webrtcSettings;
+  }
+
   function retry(camera) {
     setTimeout(() => {
-      if (figures[camera] && !peers[camera]) connect(camera).catch(report);
+      const figure = figures[camera];
+      if (figure && !figure.img && !peers[camera]) connect(camera).catch(report);
     }, 3000);
   }
 
-  // One peer connection for the camera: the offer is posted to its webrtc_url once ICE
-  // gathering is complete; a failure or close is retried after 3 s.
-  async function connect(camera) {
+  // The camera's MJPEG stream in place of its video, for good (until the page reloads):
+  // WebRTC could not connect (no UDP between browser and server, no TURN server, ...).
+  function fallBack(camera, why) {
     const figure = figures[camera];
-    if (!figure) return;
-    const pc = new RTCPeerConnection();
+    const pc = peers[camera];
+    delete peers[camera];
+    if (pc) pc.close();
+    if (!figure || figure.img) return;
+    const img = el("img", { className: "mjpeg", id: "mjpeg-" + camera, alt: camera,
+      title: "MJPEG: " + why, src: withToken(figure.mjpegUrl) });
+    figure.video.replaceWith(img);
+    figure.img = img;
+    figure.card.dataset.video = "mjpeg";
+  }
+
+  // One peer connection for the camera: the offer is posted to its webrtc_url once ICE
+  // gathering is complete. If it does not play within fallback_s, or fails before it ever
+  // played, the camera shows its MJPEG stream; a connection that played and then failed
+  // (the service restarted) is tried again after 3 s.
+  async function connect(camera) {
+    const { ice_servers: iceServers, fallback_s: fallbackS } = await settings();
+    const figure = figures[camera];
+    if (!figure || figure.img || peers[camera]) return;
+    const pc = new RTCPeerConnection({ iceServers: iceServers.map((server) => (
+      server.credential == null ? { urls: server.urls }
+        : { urls: server.urls, username: server.username, credential: server.credential })) });
     peers[camera] = pc;
+    let played = false;
+    const timer = setTimeout(() => {
+      if (peers[camera] === pc && !played) {
+        fallBack(camera, "WebRTC did not connect within " + fallbackS + " s");
+      }
+    }, fallbackS * 1000);
     pc.addTransceiver("video", { direction: "recvonly" });
     pc.addEventListener("track", (event) => {
       figure.video.srcObject = event.streams[0] || new MediaStream([event.track]);
     });
     pc.addEventListener("connectionstatechange", () => {
-      if (["failed", "closed"].includes(pc.connectionState) && peers[camera] === pc) {
-        pc.close();
-        delete peers[camera];
-        retry(camera);
+      if (pc.connectionState === "connected") {
+        played = true;
+        clearTimeout(timer);
+        figure.card.dataset.video = "webrtc";
+      } else if (["failed", "closed"].includes(pc.connectionState) && peers[camera] === pc) {
+        clearTimeout(timer);
+        if (played) {
+          pc.close();
+          delete peers[camera];
+          retry(camera);
+        } else {
+          fallBack(camera, "WebRTC failed");
+        }
       }
     });
     try {
@@ -61,9 +106,11 @@
       });
       await pc.setRemoteDescription(answer);
     } catch (error) {
+      clearTimeout(timer);
       pc.close();
       if (peers[camera] === pc) delete peers[camera];
-      retry(camera);
+      if (error.status === 401) return;
+      retry(camera);  // the server did not answer the offer: it is not WebRTC's fault
       throw error;
     }
   }
@@ -90,16 +137,16 @@
     const card = el("article", { className: "camera", id: "camera-" + name },
       figure, health, facts, error, links);
     document.getElementById("videos").append(card);
+    const base = "/api/cameras/" + encodeURIComponent(name);
     const entry = figures[name] = {
-      card, video, labels, health, facts, error, snapshot, mjpeg,
-      webrtcUrl: camera.webrtc_url || "/api/cameras/" + encodeURIComponent(name) + "/webrtc",
+      card, video, labels, health, facts, error, snapshot, mjpeg, img: null,
+      webrtcUrl: camera.webrtc_url || base + "/webrtc",
+      mjpegUrl: camera.mjpeg_url || base + "/mjpeg",
     };
     if (window.RTCPeerConnection) {
       connect(name).catch(report);
-    } else {  // no WebRTC: the MJPEG stream instead
-      const img = el("img", { className: "mjpeg", alt: name,
-        src: withToken(camera.mjpeg_url || "/api/cameras/" + encodeURIComponent(name) + "/mjpeg") });
-      video.replaceWith(img);
+    } else {
+      fallBack(name, "this browser has no WebRTC");
     }
     return entry;
   }
@@ -138,6 +185,7 @@
       seen.add(camera.name);
       const figure = ensureFigure(camera);
       if (camera.webrtc_url) figure.webrtcUrl = camera.webrtc_url;
+      if (camera.mjpeg_url) figure.mjpegUrl = camera.mjpeg_url;
       figure.card.dataset.state = camera.state || "";
       figure.health.textContent = camera.health || camera.state || "";
       figure.facts.replaceChildren(

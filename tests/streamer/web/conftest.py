@@ -4,6 +4,7 @@ the clip with a token, a history and a webhook receiver (for the API and the pag
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -68,8 +69,8 @@ CHROMIUM_FLAGS = (
 )
 
 
-@pytest.fixture
-def chromium(tmp_path: Path) -> Iterator[Any]:
+@contextlib.contextmanager
+def _chromium(profile: Path, *flags: str) -> Iterator[Any]:
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service as DriverService
 
@@ -78,7 +79,7 @@ def chromium(tmp_path: Path) -> Iterator[Any]:
     options = webdriver.ChromeOptions()
     options.binary_location = "/usr/bin/chromium"
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # console errors
-    for flag in (*CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'chromium-profile'}"):
+    for flag in (*CHROMIUM_FLAGS, *flags, f"--user-data-dir={profile}"):
         options.add_argument(flag)
     driver = webdriver.Chrome(service=DriverService("/usr/bin/chromedriver"), options=options)
     driver.set_script_timeout(10)
@@ -86,6 +87,21 @@ def chromium(tmp_path: Path) -> Iterator[Any]:
         yield driver
     finally:
         driver.quit()
+
+
+@pytest.fixture
+def chromium(tmp_path: Path) -> Iterator[Any]:
+    with _chromium(tmp_path / "chromium-profile") as driver:
+        yield driver
+
+
+@pytest.fixture
+def chromium_without_udp(tmp_path: Path) -> Iterator[Any]:
+    """A Chromium whose WebRTC may not use UDP (as behind a firewall that drops it): with no
+    TURN server it cannot connect to the service at all."""
+    flag = "--webrtc-ip-handling-policy=disable_non_proxied_udp"  # no UDP candidate at all
+    with _chromium(tmp_path / "chromium-profile", flag) as driver:
+        yield driver
 
 
 @pytest.fixture(scope="package")

@@ -6,10 +6,11 @@ real headless Chromium that plays the live view of the whole service running on 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -181,6 +182,33 @@ async def _web_of(service: Service, runner: asyncio.Task[int]) -> tuple[WebServe
     return web, True
 
 
+@contextlib.asynccontextmanager
+async def _service_on_clip(
+    tmp_path: Path, triton_url: str, web: str = "{port: 0}"
+) -> AsyncIterator[tuple[Service, WebServer]]:
+    """The whole service on the clip (one real-time camera, ``yard``) and its web server;
+    stopped on leaving, and it must then exit 0."""
+    config = tmp_path / "web.yaml"
+    config.write_text(
+        f"cameras:\n  - {{name: yard, url: '{CLIP}', sample_fps: 2, realtime: true}}\n"
+        f"triton: {{url: '{triton_url}', max_in_flight_per_camera: 1}}\n"
+        f"events: {{stdout: false}}\nmetrics: {{port: 0}}\nweb: {web}\n"
+    )
+    service = Service(load_config(config))
+    runner = asyncio.create_task(service.run())
+    own_web: WebServer | None = None
+    try:
+        served, started_here = await _web_of(service, runner)
+        own_web = served if started_here else None
+        yield service, served
+    finally:
+        if own_web is not None:
+            await own_web.stop()
+        service.request_stop()
+        await asyncio.wait_for(runner, 120)
+    assert runner.result() == 0
+
+
 FRAMES_DECODED_JS = """
 const done = arguments[arguments.length - 1];
 const pc = (window.lprPeers || {})[arguments[0]];
@@ -223,20 +251,7 @@ def _css_rgb(bgr: tuple[int, int, int]) -> str:
 async def test_chromium_plays_the_annotated_live_view(
     tmp_path: Path, triton_server: EmbeddedTriton, chromium: Any, loopback_ice: None
 ) -> None:
-    config = tmp_path / "web.yaml"
-    config.write_text(
-        f"cameras:\n  - {{name: yard, url: '{CLIP}', sample_fps: 2, realtime: true}}\n"
-        f"triton: {{url: '{triton_server.grpc_url}', max_in_flight_per_camera: 1}}\n"
-        "events: {stdout: false}\n"
-        "metrics: {port: 0}\n"
-        "web: {port: 0}\n"
-    )
-    service = Service(load_config(config))
-    runner = asyncio.create_task(service.run())
-    own_web: WebServer | None = None
-    try:
-        web, started_here = await _web_of(service, runner)
-        own_web = web if started_here else None
+    async with _service_on_clip(tmp_path, triton_server.grpc_url) as (_, web):
 
         def js(script: str, *args: Any) -> Callable[[], Any]:
             return lambda: chromium.execute_script(script, *args)
@@ -308,9 +323,46 @@ async def test_chromium_plays_the_annotated_live_view(
             raw = next(container.decode(video=0)).to_ndarray(format="bgr24")
         b, g, r = (raw[..., i].astype(int) for i in range(3))
         assert int(((g > 180) & (b < 100) & (r < 100)).sum()) == 0
-    finally:
-        if own_web is not None:
-            await own_web.stop()
-        service.request_stop()
-        await asyncio.wait_for(runner, 120)
-    assert runner.result() == 0
+
+
+MJPEG_PIXELS_JS = """
+const img = document.getElementById("mjpeg-" + arguments[0]);
+if (!img || !img.naturalWidth) return null;
+const canvas = document.createElement("canvas");
+canvas.width = 160; canvas.height = 90;
+const context = canvas.getContext("2d");
+context.drawImage(img, 0, 0, 160, 90);
+return [img.closest("article").dataset.video, img.title,
+  Array.from(context.getImageData(0, 0, 160, 90).data.filter((_, i) => i % 4 === 1))];
+"""
+
+
+async def test_chromium_without_udp_falls_back_to_mjpeg_and_the_picture_moves(
+    tmp_path: Path, triton_server: EmbeddedTriton, chromium_without_udp: Any, loopback_ice: None
+) -> None:
+    """WebRTC cannot connect (the browser may not use UDP, no TURN server): within
+    web.webrtc_fallback_s the camera shows its MJPEG stream, and it plays."""
+    web_config = "{port: 0, webrtc_fallback_s: 4}"
+    async with _service_on_clip(tmp_path, triton_server.grpc_url, web_config) as (service, web):
+        await eventually(lambda: service.snapshot("yard") is not None, 120)
+        await asyncio.to_thread(chromium_without_udp.get, web_url(web, "/"))
+        opened = time.monotonic()
+
+        def pixels() -> Any:
+            return chromium_without_udp.execute_script(MJPEG_PIXELS_JS, "yard")
+
+        first = None
+        while first is None:
+            assert time.monotonic() - opened < 10, "no MJPEG picture within 10 s"
+            await asyncio.sleep(0.25)
+            first = await asyncio.to_thread(pixels)
+        kind, title, before = first
+        assert kind == "mjpeg" and "WebRTC" in title, first[:2]
+        deadline = time.monotonic() + 20
+        while True:  # the picture moves: the clip plays on, frame after frame
+            await asyncio.sleep(0.5)
+            _, _, now = await asyncio.to_thread(pixels)
+            changed = sum(abs(a - b) > 24 for a, b in zip(before, now, strict=True))
+            if changed > 100:
+                break
+            assert time.monotonic() < deadline, f"the MJPEG picture did not change ({changed})"

@@ -5,6 +5,10 @@ nothing."""
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
+import hmac
+import json
 import os
 import threading
 import time
@@ -17,6 +21,7 @@ from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 
 from streamer.config import WebConfig
 from streamer.web import WebServer
+from streamer.web.webrtc import ice_servers
 from tests.streamer.web.clip_view import ClipView, Recording, eventually, sdp_offer, web_url
 
 
@@ -141,3 +146,46 @@ async def test_bad_offers_are_refused_and_leave_nothing(
     ) as response:
         assert response.status == status
     await eventually(lambda: not server.peer_connections and not server.producing("yard"))
+
+
+def test_a_turn_shared_secret_gives_each_browser_a_password_of_its_own() -> None:
+    """The TURN REST API as coturn's use-auth-secret checks it: the user name is the expiry
+    (unix time) and a name, the password base64(HMAC-SHA1(secret, user name))."""
+    config = WebConfig(
+        ice_servers=[
+            {"urls": ["stun:stun.example.org:3478"]},
+            {"urls": ["turn:turn.example.org:3478"], "shared_secret": "s3cr3t-k3y"},
+            {"urls": ["turns:relay.example.org"], "username": "site", "credential": "pw"},
+        ]
+    )
+    stun, turn, static = ice_servers(config.ice_servers, now=1_000_000.0)
+    assert stun == {"urls": ["stun:stun.example.org:3478"]}
+    assert turn["username"] == f"{1_000_000 + 86_400}:lpr"
+    digest = hmac.new(b"s3cr3t-k3y", turn["username"].encode(), hashlib.sha1).digest()
+    assert turn["credential"] == base64.b64encode(digest).decode()
+    assert static == {"urls": ["turns:relay.example.org"], "username": "site", "credential": "pw"}
+    later = ice_servers(config.ice_servers, now=2_000_000.0)[1]
+    assert later["credential"] != turn["credential"]  # it expires with its user name
+
+
+async def test_the_page_gets_the_ice_servers_never_the_shared_secret(
+    recording: Recording, http: aiohttp.ClientSession
+) -> None:
+    config = WebConfig(
+        port=0,
+        ice_servers=[{"urls": ["turn:127.0.0.1:9"], "shared_secret": "never-sent-anywhere"}],
+        webrtc_fallback_s=5,
+    )
+    web = WebServer(ClipView(recording), config)
+    await web.start()
+    try:
+        async with http.get(web_url(web, "/api/webrtc")) as response:
+            assert response.status == 200
+            body = await response.text()
+    finally:
+        await web.stop()
+    settings = json.loads(body)
+    assert settings["fallback_s"] == 5
+    (server,) = settings["ice_servers"]
+    assert server["urls"] == ["turn:127.0.0.1:9"] and server["username"].endswith(":lpr")
+    assert "never-sent-anywhere" not in body
