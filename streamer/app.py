@@ -410,7 +410,8 @@ class Service:
         configured = [c.name for c in change.settings.enabled_cameras]
         held = [name for name in configured if self.shard.holds(name)]
         if self.consumers is not None:  # before a replacement: the running ones know the old
-            await self.consumers.cameras_changed(held, configured)
+            areas = {c.name: c.area for c in change.settings.enabled_cameras}
+            await self.consumers.cameras_changed(held, configured, areas)
         if change.delivery_changed:
             deliverers = self._deliverers(change.settings)
             if self.consumers is None:
@@ -429,6 +430,7 @@ class Service:
             "frames": self.settings.storage.enabled,
             "shard": self.shard,
             "installation": self.installation,
+            "camera_status": self.camera_status,
         }
 
     @property

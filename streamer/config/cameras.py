@@ -131,6 +131,13 @@ class CameraConfig(Section):
         max_length=4096,
     )
     enabled: bool = Field(True, description="Read this camera; false keeps it configured but off.")
+    area: str | None = Field(
+        None,
+        min_length=1,
+        max_length=64,
+        description="Where the camera is (Driveway, Car park north): the suggested area of "
+        "its Home Assistant device.",
+    )
     sample_fps: float = Field(
         5.0,
         gt=0,

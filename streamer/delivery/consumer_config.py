@@ -4,13 +4,14 @@ one already running (streamer/delivery/consumers.py, ``Consumers.replace``)."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from streamer.config import Settings
 from streamer.delivery.deliverer import Deliverer
 from streamer.delivery.jsonl_delivery import JsonLinesDeliverer
 from streamer.delivery.mqtt_delivery import MqttDeliverer
 from streamer.delivery.webhook_delivery import WebhookPoster
+from streamer.domain.cameras import CameraStatus
 from streamer.domain.picture_links import PictureLinks
 from streamer.foundation.metrics import Metrics
 from streamer.foundation.shards import Shard
@@ -43,6 +44,7 @@ def deliverers_of(
     shard: Shard | None = None,
     history: Deliverer | None = None,
     installation: str | None = None,
+    camera_status: Callable[[], Iterable[CameraStatus]] | None = None,
 ) -> list[Deliverer]:
     """A deliverer per consumer of ``settings``, in the order of
     :attr:`~streamer.config.Settings.consumers`: ``history`` (the service makes it: the
@@ -50,7 +52,8 @@ def deliverers_of(
     the picture links of ``crop: url`` targets and MQTT (None: plain paths, which need the
     token); ``frames``: the history keeps vehicle pictures (a ``frame_url`` beside the
     crop's); ``shard``: the cameras this replica runs (default: all); ``installation``: the
-    id that fills in ``{installation}`` in the MQTT topics (streamer/store/installation.py)."""
+    id that fills in ``{installation}`` in the MQTT topics (streamer/store/installation.py);
+    ``camera_status``: the running cameras' state, for MQTT's health topics."""
     deliverers: list[Deliverer] = [history] if history is not None else []
     if settings.events.stdout:
         deliverers.append(JsonLinesDeliverer(metrics))
@@ -70,7 +73,15 @@ def deliverers_of(
             mqtt = mqtt.for_installation(installation)
         deliverers.append(
             MqttDeliverer(
-                mqtt, metrics, held, links, frames=frames, configured=configured, replica=replica
+                mqtt,
+                metrics,
+                held,
+                links,
+                frames=frames,
+                configured=configured,
+                replica=replica,
+                areas={c.name: c.area for c in settings.enabled_cameras},
+                camera_status=camera_status,
             )
         )
     return deliverers

@@ -38,7 +38,7 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -412,13 +412,17 @@ class Consumers:
         return count
 
     async def cameras_changed(
-        self, cameras: Sequence[str], configured: Sequence[str] | None = None
+        self,
+        cameras: Sequence[str],
+        configured: Sequence[str] | None = None,
+        areas: Mapping[str, str | None] | None = None,
     ) -> None:
         """The running cameras after a reload (MQTT's discovery follows them); ``configured``:
-        every camera of the config, some run by other replicas (default: ``cameras``)."""
+        every camera of the config, some run by other replicas (default: ``cameras``);
+        ``areas``: where each camera is."""
         for deliverer in self.deliverers:
             if isinstance(deliverer, MqttDeliverer):
-                await deliverer.set_cameras(cameras, configured)
+                await deliverer.set_cameras(cameras, configured, areas)
 
     # ------------------------------------------------------------------ dead letters
 

@@ -237,8 +237,16 @@ class MqttConnection:
             LOG.warning("%s; retrying with backoff", self.problem)
         self._wake()
 
-    async def publish(self, topic: str, payload: str | bytes, *, retain: bool = False) -> None:
-        """Publish at QoS 1 and wait for the acknowledgement (see the module docstring)."""
+    async def publish(
+        self,
+        topic: str,
+        payload: str | bytes,
+        *,
+        retain: bool = False,
+        content_type: str = "application/json",
+    ) -> None:
+        """Publish at QoS 1 and wait for the acknowledgement (see the module docstring). A
+        text payload is marked UTF-8 (MQTT 5), a bytes one (a picture) is not."""
         client = self._client
         if client is None:
             raise MqttUnavailableError(self.problem or f"mqtt {self.config.broker}: not connected")
@@ -246,8 +254,9 @@ class MqttConnection:
         properties = None
         if self._v5:
             properties = Properties(PacketTypes.PUBLISH)
-            properties.PayloadFormatIndicator = 1
-            properties.ContentType = "application/json"
+            if isinstance(payload, str):
+                properties.PayloadFormatIndicator = 1
+            properties.ContentType = content_type
         publish = asyncio.ensure_future(
             client.publish(
                 topic,

@@ -9,7 +9,9 @@ at QoS 1 and in per-camera order:
   ``mqtt.public_base_url`` is set (streamer/domain/picture_links.py);
 * ``<topic_prefix>/<camera>/last``, retained: the same JSON, so that a subscriber that comes
   later (Home Assistant's "last plate" sensor) sees the latest plate at once. A correction
-  replaces it only when it corrects the pass ``last`` holds;
+  replaces it only when it corrects the pass ``last`` holds; beside it
+  ``<topic_prefix>/<camera>/plate_image``, retained: the plate's crop (JPEG bytes, Home
+  Assistant's image entity), replaced and cleared with it;
 * ``<topic_prefix>/<camera>/alert`` for an event of a known-plate list marked ``alert``
   (with ``mqtt.alerts``), with ``"live"``: false when it is published later than
   ``mqtt.alert_max_age_s`` after the plate was last seen (it waited for the broker, or in a
@@ -27,7 +29,9 @@ On each connect it publishes ``<topic_prefix>/status`` = ``online`` (retained; t
 retained config of a camera that is not running (removed while the service was stopped) is
 cleared, and so are those of a camera removed by a reload (:meth:`MqttDeliverer.set_cameras`).
 It subscribes to the retained ``last`` messages too: an erasure of a plate
-(:meth:`MqttDeliverer.forget`) clears the ``last`` that holds it.
+(:meth:`MqttDeliverer.forget`) clears the ``last`` that holds it and its ``plate_image``.
+Given the cameras' state, it publishes each camera's health, retained
+(streamer/delivery/mqtt_health.py).
 """
 
 from __future__ import annotations
@@ -38,8 +42,8 @@ import json
 import logging
 import random
 import time
-from collections.abc import Callable, Iterable, Sequence
-from datetime import datetime
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import aiomqtt
@@ -52,8 +56,10 @@ from streamer.delivery.mqtt_connection import (
     MqttConnection,
     MqttUnavailableError,
 )
+from streamer.delivery.mqtt_health import HealthPublisher
 from streamer.delivery.outbox_sql import PendingDelivery
 from streamer.delivery.recent_events import payload_texts
+from streamer.domain.cameras import CameraStatus
 from streamer.domain.picture_links import PictureLinks, picture_urls
 from streamer.foundation.backoff import backoff_delay
 from streamer.foundation.metrics import Metrics
@@ -63,14 +69,15 @@ LOG = logging.getLogger(__name__)
 
 #: The supervised part that keeps the broker connection up.
 CONNECTION_PART = "mqtt:connection"
+#: The supervised part that publishes the cameras' health.
+HEALTH_PART = "mqtt:health"
+#: What is retained of a camera's latest pass: its event, its plate's picture.
+PASS_LEAVES = ("last", "plate_image")
+#: Everything retained of a camera (cleared when it is removed).
+RETAINED_LEAVES = (*PASS_LEAVES, "health")
 #: What a delivery to the broker comes to (``lpr_mqtt_deliveries_total``'s outcomes): none is
 #: a dead letter, the broker is tried again until it acknowledges.
 OUTCOMES: tuple[OutcomeKind, ...] = ("delivered", "retry")
-
-
-def event_json(payload: dict[str, Any]) -> str:
-    """The JSON an MQTT message carries (as compact as the webhook body)."""
-    return json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
 
 
 class MqttDeliverer:
@@ -78,7 +85,7 @@ class MqttDeliverer:
 
     name = MQTT_TARGET
     part = "mqtt:delivery"
-    with_crop = False
+    with_crop = True  # the plate_image topic
 
     def __init__(
         self,
@@ -90,11 +97,15 @@ class MqttDeliverer:
         frames: bool = False,
         configured: Iterable[str] | None = None,
         replica: int | None = None,
+        areas: Mapping[str, str | None] | None = None,
+        camera_status: Callable[[], Iterable[CameraStatus]] | None = None,
     ) -> None:
         """``cameras``: those this service runs; ``configured``: every camera of the config
         (default: ``cameras``), whose retained configs are not stale even when another
         replica runs them; ``replica``: this replica's index when there are several (its
-        own status topic). ``config`` must be resolved
+        own status topic); ``areas``: camera -> where it is (its Home Assistant device's
+        suggested area); ``camera_status``: the cameras' state, published as their health.
+        ``config`` must be resolved
         (:meth:`~streamer.config.MqttConfig.for_installation`)."""
         if not config.resolved:
             raise ValueError("the MQTT config still has {installation} to fill in")
@@ -107,6 +118,12 @@ class MqttDeliverer:
         self.frames = frames
         self.cameras: tuple[str, ...] = tuple(cameras)
         self.configured: set[str] = set(self.cameras if configured is None else configured)
+        self.areas: dict[str, str | None] = dict(areas or {})
+        self.health = (
+            HealthPublisher(config, camera_status, lambda: self.cameras)
+            if camera_status is not None
+            else None
+        )
         #: Cameras removed whose configs and ``last`` are still to be cleared.
         self._to_clear: set[str] = set()
         #: camera -> the payload its retained ``last`` holds (published here, or found there
@@ -139,6 +156,8 @@ class MqttDeliverer:
             status=self.status,
         )
         supervisor.start(CONNECTION_PART, self.connection.run)
+        if self.health is not None:
+            supervisor.start(HEALTH_PART, partial(self.health.run, self.connection))
         LOG.info(
             "mqtt %s: publishing events under %s/<camera>/ (discovery: %s)",
             self.config.broker,
@@ -155,6 +174,8 @@ class MqttDeliverer:
             bound = GOODBYE_TIMEOUT_S + 2 * self.config.timeout_s
             try:
                 async with asyncio.timeout(bound):
+                    if self.health is not None:
+                        await self._supervisor.stop(HEALTH_PART)
                     await self._supervisor.stop(CONNECTION_PART)
             except TimeoutError:
                 LOG.warning(
@@ -165,7 +186,9 @@ class MqttDeliverer:
 
     @property
     def parts(self) -> tuple[str, ...]:
-        return (CONNECTION_PART,) if self._supervisor is not None else ()
+        if self._supervisor is None:
+            return ()
+        return (CONNECTION_PART, HEALTH_PART) if self.health is not None else (CONNECTION_PART,)
 
     @property
     def ready(self) -> bool:
@@ -188,7 +211,7 @@ class MqttDeliverer:
                     self.config.public_base_url, item.event_id, self.links, frame=self.frames
                 )
             )
-        body = event_json(payload)
+        body = ha.message_json(payload)
         camera, pass_id = item.camera, str(payload.get("event_id", item.event_id))
         try:
             await connection.publish(ha.camera_topic(self.config, camera, "plate"), body)
@@ -198,10 +221,17 @@ class MqttDeliverer:
                 # Known before the broker has it: an erasure meanwhile clears it all the same.
                 self._last[camera] = payload
                 await connection.publish(last, body, retain=True)
+                if item.crop is not None:
+                    await connection.publish(
+                        ha.camera_topic(self.config, camera, "plate_image"),
+                        item.crop,
+                        retain=True,
+                        content_type="image/jpeg",
+                    )
             if self.config.alerts and payload.get("alert"):
                 alert = {**payload, "live": self._live(payload)}
                 await connection.publish(
-                    ha.camera_topic(self.config, camera, "alert"), event_json(alert)
+                    ha.camera_topic(self.config, camera, "alert"), ha.message_json(alert)
                 )
         except MqttUnavailableError as exc:
             return Outcome("retry", str(exc))
@@ -210,19 +240,13 @@ class MqttDeliverer:
     def _live(self, payload: dict[str, Any]) -> bool:
         """Whether an alert published now is still live: its plate was last seen within
         ``mqtt.alert_max_age_s`` (a late one is logged)."""
-        try:
-            seen = datetime.fromisoformat(str(payload["last_seen"]["utc"])).timestamp()
-        except (KeyError, TypeError, ValueError):
-            return True  # (every event has it: streamer/delivery/events.py)
-        age = time.time() - seen
-        if age <= self.config.alert_max_age_s:
-            return True
+        age = ha.seen_ago_s(payload, time.time())
+        if age is None or age <= self.config.alert_max_age_s:
+            return True  # (every event says when: streamer/delivery/events.py)
         LOG.info(
             "mqtt: alert %s on %s published %.0f s after its plate was seen (over "
             "mqtt.alert_max_age_s): not live",
-            payload.get("event_id"),
-            payload.get("camera"),
-            age,
+            *(payload.get("event_id"), payload.get("camera"), age),
         )
         return False
 
@@ -237,13 +261,19 @@ class MqttDeliverer:
     # ------------------------------------------------------------------ what the broker holds
 
     async def set_cameras(
-        self, cameras: Sequence[str], configured: Iterable[str] | None = None
+        self,
+        cameras: Sequence[str],
+        configured: Iterable[str] | None = None,
+        areas: Mapping[str, str | None] | None = None,
     ) -> None:
-        """The running cameras changed (a reload): announce the new ones, clear the removed
-        ones' configs and ``last`` (now, or at the next connect). ``configured``: every
-        camera of the new config (default: ``cameras``)."""
+        """The running cameras changed (a reload): announce the new ones (and those moved to
+        another area), clear the removed ones' configs and what is retained of them (now, or
+        at the next connect). ``configured``: every camera of the new config (default:
+        ``cameras``)."""
         removed = set(self.cameras) - set(cameras)
-        added = [c for c in cameras if c not in self.cameras]
+        areas = dict(areas) if areas is not None else self.areas
+        added = [c for c in cameras if c not in self.cameras or areas.get(c) != self.areas.get(c)]
+        self.areas = areas
         self.cameras = tuple(cameras)
         self.configured = set(cameras if configured is None else configured)
         self._to_clear = (self._to_clear | removed) - set(cameras)
@@ -263,6 +293,8 @@ class MqttDeliverer:
         assert self.connection is not None
         try:
             await self.connection.publish(self.status, ha.ONLINE, retain=True)
+            if self.health is not None:
+                self.health.reconnected()
             await self._clear_removed()
             await self._clear_forgotten()
             for camera in self.cameras:
@@ -279,9 +311,15 @@ class MqttDeliverer:
         assert self.connection is not None
         if not self.config.discovery.enabled:
             return
-        configs = ha.discovery_configs(self.config, camera, self.status)
+        configs = ha.discovery_configs(
+            self.config,
+            camera,
+            self.status,
+            area=self.areas.get(camera),
+            health=self.health is not None,
+        )
         for topic in ha.config_topics(self.config, camera):
-            payload = event_json(configs[topic]) if topic in configs else ""
+            payload = ha.message_json(configs[topic]) if topic in configs else ""
             await self.connection.publish(topic, payload, retain=True)
 
     async def _clear_removed(self) -> None:
@@ -289,9 +327,12 @@ class MqttDeliverer:
         for camera in sorted(self._to_clear):
             for topic in ha.config_topics(self.config, camera):
                 await self.connection.publish(topic, "", retain=True)
-            await self.connection.publish(
-                ha.camera_topic(self.config, camera, "last"), "", retain=True
-            )
+            for leaf in RETAINED_LEAVES:
+                await self.connection.publish(
+                    ha.camera_topic(self.config, camera, leaf), "", retain=True
+                )
+            if self.health is not None:
+                self.health.forget(camera)
             self._to_clear.discard(camera)
             self._last.pop(camera, None)
             LOG.info("mqtt %s: camera %s removed from discovery", self.config.broker, camera)
@@ -354,7 +395,8 @@ class MqttDeliverer:
     async def _clear_forgotten(self) -> None:
         assert self.connection is not None
         for camera in sorted(self._forgotten):
-            await self.connection.publish(
-                ha.camera_topic(self.config, camera, "last"), "", retain=True
-            )
+            for leaf in PASS_LEAVES:  # the pass and its picture
+                await self.connection.publish(
+                    ha.camera_topic(self.config, camera, leaf), "", retain=True
+                )
             self._forgotten.discard(camera)
