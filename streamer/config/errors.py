@@ -129,10 +129,11 @@ def _unknown_key_reason(loc: tuple[Any, ...]) -> str:
     model = _model_at(loc[:-1])
     allowed = list(model.model_fields) if model is not None else []
     reason = "unknown key"
-    close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
-    if close:
-        return f"{reason}; did you mean '{close[0]}'?"
+    # A key of another section, as it is, says where it goes before any near miss here.
     elsewhere = [name for name, other in _SECTIONS.items() if key in other.model_fields]
+    close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
+    if close and not elsewhere:
+        return f"{reason}; did you mean '{close[0]}'?"
     if elsewhere:
         reason += f" here ('{key}' belongs under {' or '.join(elsewhere)})"
     if allowed:
