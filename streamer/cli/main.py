@@ -28,6 +28,9 @@ found. With no ``--triton-url`` an embedded CPU Triton is started on
 ``python -m streamer erase --config FILE --plate TEXT``: every trace of a plate out of the
 history and the outbox (streamer/cli/erase.py).
 
+``python -m streamer triton [--grpc-port 8001]``: the CPU Triton on its own, until stopped
+(streamer/cli/triton.py).
+
 ``python -m streamer --version``: the package, the embedded Triton and the model repository
 (streamer/ops/version_report.py). A mistyped command or option is answered with the closest one
 (``unknown command 'rnu': did you mean 'run'?``, :class:`Parser`) and exit code 2, as every
@@ -47,7 +50,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from streamer.cli import check, deadletters, erase, recognise
+from streamer.cli import check, deadletters, erase, recognise, triton
 from streamer.cli.arguments import non_negative_seconds, settings_or_exit
 from streamer.delivery.consumers import CATCH_UP_TIMEOUT_S
 from streamer.foundation.allocator import tune_allocator
@@ -244,6 +247,7 @@ def build_parser() -> Parser:
     deadletters.add_parser(sub)
     erase.add_parser(sub)
     recognise.add_parser(sub)
+    triton.add_parser(sub)
     replay = sub.add_parser(
         "replay", help="play clips as fast as possible and score the events against a truth"
     )

@@ -151,7 +151,7 @@ def _parsers(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParse
 
 def test_every_command_and_argument_has_help() -> None:
     parsers = list(_parsers(build_parser()))
-    assert len(parsers) == 9  # python -m streamer, 6 commands, deadletters list and redrive
+    assert len(parsers) == 10  # python -m streamer, 7 commands, deadletters list and redrive
     for parser in parsers:
         for action in parser._actions:
             if isinstance(action, argparse._SubParsersAction):
