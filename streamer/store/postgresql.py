@@ -52,6 +52,7 @@ from streamer.store.base import (
     search_statement,
 )
 from streamer.store.pooling import refuse_transaction_pooling
+from streamer.store.schema import POSTGRESQL, history_schema, passes_holding
 
 LOG = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -69,42 +70,16 @@ MIGRATIONS = {
     1: "ALTER TABLE IF EXISTS passes ADD COLUMN IF NOT EXISTS withheld boolean NOT NULL "
     "DEFAULT false;",
 }
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS passes (
-    seq bigserial PRIMARY KEY,
-    event_id text NOT NULL UNIQUE,
-    camera text NOT NULL,
-    text text COLLATE "C" NOT NULL,
-    label text,
-    alert boolean NOT NULL DEFAULT false,
-    first_seen double precision NOT NULL,
-    version integer NOT NULL,
-    payload text NOT NULL,
-    withheld boolean NOT NULL DEFAULT false
-);
-CREATE TABLE IF NOT EXISTS versions (
-    event_id text NOT NULL REFERENCES passes(event_id) ON DELETE CASCADE,
-    version integer NOT NULL,
-    payload text NOT NULL,
-    PRIMARY KEY (event_id, version)
-);
-CREATE TABLE IF NOT EXISTS pictures (
-    event_id text PRIMARY KEY REFERENCES passes(event_id) ON DELETE CASCADE,
-    crop bytea NOT NULL,
-    frame bytea
-);
+SCHEMA = (
+    history_schema(POSTGRESQL)
+    + """
 -- One row: the installation's id, shared by its replicas (streamer/store/installation.py).
 CREATE TABLE IF NOT EXISTS lpr_installation (
     one boolean PRIMARY KEY DEFAULT true CHECK (one),
     id text NOT NULL
 );
-CREATE INDEX IF NOT EXISTS passes_by_time ON passes(first_seen);
-CREATE INDEX IF NOT EXISTS passes_by_camera ON passes(camera, seq);
-CREATE INDEX IF NOT EXISTS passes_by_text ON passes(text);
-CREATE INDEX IF NOT EXISTS passes_by_label ON passes(label, seq);
-CREATE INDEX IF NOT EXISTS passes_reported ON passes(seq) WHERE NOT withheld;
-CREATE INDEX IF NOT EXISTS passes_withheld ON passes(seq) WHERE withheld;
 """
+)
 #: The newer term of an event's camera lease that had started when the event was decided
 #: (``lpr_lease_terms`` is written by the leases: streamer/pipeline/leases.py, "Fencing").
 NEWER_TERM = """
@@ -319,8 +294,7 @@ class PostgresEventStore:
                 deleted = await _delete(conn, "event_id = $1", event_id)
             else:
                 quoted = json.dumps(normalise_plate(plate or ""))  # as the payloads hold it
-                holders = "SELECT event_id FROM versions WHERE strpos(payload, $1) > 0"
-                deleted = await _delete(conn, f"event_id IN ({holders})", quoted)
+                deleted = await _delete(conn, passes_holding(POSTGRESQL), quoted)
             if deleted:
                 await conn.execute("VACUUM passes, versions, pictures")
             return deleted

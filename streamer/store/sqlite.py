@@ -39,6 +39,7 @@ from streamer.store.base import (
     page_of,
     search_statement,
 )
+from streamer.store.schema import SQLITE, history_schema, passes_holding
 
 LOG = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -49,37 +50,7 @@ MIGRATIONS = {
     # 2: withheld passes (plate.withheld events) kept beside the reported ones.
     1: "ALTER TABLE passes ADD COLUMN withheld INTEGER NOT NULL DEFAULT 0;",
 }
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS passes (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    event_id TEXT NOT NULL UNIQUE,
-    camera TEXT NOT NULL,
-    text TEXT NOT NULL,
-    label TEXT,
-    alert INTEGER NOT NULL DEFAULT 0,
-    first_seen REAL NOT NULL,
-    version INTEGER NOT NULL,
-    payload TEXT NOT NULL,
-    withheld INTEGER NOT NULL DEFAULT 0
-);
-CREATE TABLE IF NOT EXISTS versions (
-    event_id TEXT NOT NULL REFERENCES passes(event_id) ON DELETE CASCADE,
-    version INTEGER NOT NULL,
-    payload TEXT NOT NULL,
-    PRIMARY KEY (event_id, version)
-);
-CREATE TABLE IF NOT EXISTS pictures (
-    event_id TEXT PRIMARY KEY REFERENCES passes(event_id) ON DELETE CASCADE,
-    crop BLOB NOT NULL,
-    frame BLOB
-);
-CREATE INDEX IF NOT EXISTS passes_by_time ON passes(first_seen);
-CREATE INDEX IF NOT EXISTS passes_by_camera ON passes(camera, seq);
-CREATE INDEX IF NOT EXISTS passes_by_text ON passes(text);
-CREATE INDEX IF NOT EXISTS passes_by_label ON passes(label, seq);
-CREATE INDEX IF NOT EXISTS passes_reported ON passes(seq) WHERE NOT withheld;
-CREATE INDEX IF NOT EXISTS passes_withheld ON passes(seq) WHERE withheld;
-"""
+SCHEMA = history_schema(SQLITE)
 
 
 class SQLiteEventStore:
@@ -252,8 +223,7 @@ class SQLiteEventStore:
                 deleted = self._delete(conn, "event_id = ?", [event_id])
             else:
                 quoted = json.dumps(normalise_plate(plate or ""))  # as the payloads hold it
-                holders = "SELECT event_id FROM versions WHERE instr(payload, ?) > 0"
-                deleted = self._delete(conn, f"event_id IN ({holders})", [quoted])
+                deleted = self._delete(conn, passes_holding(SQLITE), [quoted])
             if deleted:
                 conn.execute("PRAGMA incremental_vacuum")
                 conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
