@@ -293,12 +293,13 @@ class MqttDeliverer:
         assert self.connection is not None
         try:
             await self.connection.publish(self.status, ha.ONLINE, retain=True)
-            if self.health is not None:
-                self.health.reconnected()
             await self._clear_removed()
             await self._clear_forgotten()
             for camera in self.cameras:
                 await self._announce_camera(camera)
+            if self.health is not None:  # every camera's, at once
+                self.health.reconnected()
+                await self.health.publish_changes(self.connection)
             # Retained: the cameras' last events (for an erasure), stale discovery configs.
             await client.subscribe(ha.camera_topic(config, "+", "last"), qos=1)
             if config.discovery.enabled:
@@ -323,6 +324,11 @@ class MqttDeliverer:
             await self.connection.publish(topic, payload, retain=True)
 
     async def _clear_removed(self) -> None:
+        assert self.connection is not None
+        async with self.health.lock if self.health is not None else contextlib.nullcontext():
+            await self._clear_cameras()
+
+    async def _clear_cameras(self) -> None:
         assert self.connection is not None
         for camera in sorted(self._to_clear):
             for topic in ha.config_topics(self.config, camera):

@@ -40,6 +40,9 @@ class HealthPublisher:
         self.status = status
         self.cameras = cameras
         self.interval_s = interval_s
+        #: Held while publishing; the deliverer holds it while it clears a removed camera, so
+        #: that no health of it lands after the clearing.
+        self.lock = asyncio.Lock()
         self._published: dict[str, dict[str, Any]] = {}
 
     def reconnected(self) -> None:
@@ -58,16 +61,17 @@ class HealthPublisher:
 
     async def publish_changes(self, connection: MqttConnection) -> int:
         """Publish every camera's health that changed since it was last published; how many."""
-        running = set(self.cameras())
         published = 0
-        for status in self.status():
-            if status.name not in running:
-                continue
-            payload = ha.health_payload(status)
-            if self._published.get(status.name) == payload:
-                continue
-            topic = ha.camera_topic(self.config, status.name, "health")
-            await connection.publish(topic, ha.message_json(payload), retain=True)
-            self._published[status.name] = payload
-            published += 1
+        async with self.lock:
+            running = set(self.cameras())
+            for status in self.status():
+                if status.name not in running:
+                    continue
+                payload = ha.health_payload(status)
+                if self._published.get(status.name) == payload:
+                    continue
+                topic = ha.camera_topic(self.config, status.name, "health")
+                await connection.publish(topic, ha.message_json(payload), retain=True)
+                self._published[status.name] = payload
+                published += 1
         return published

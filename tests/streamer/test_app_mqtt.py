@@ -64,7 +64,13 @@ def test_clip_events_reach_mqtt_as_the_webhook_gets_them(
             assert held[f"{base}/status"] == b"online"
             assert json.loads(held[f"{base}/yard/last"])["event_id"] in hooks
             yard = {t for t in held if t.startswith("homeassistant/") and "/yard_" in t}
-            assert len(yard) == 2 and all(f"/lpr-{installation}/" in t for t in yard)
+            # last plate, pass, plate image, alert and health, each camera a device of its own
+            assert len(yard) == 5 and all(f"/lpr-{installation}/" in t for t in yard)
+            assert held[f"{base}/yard/plate_image"][:2] == b"\xff\xd8"  # a JPEG
+            health = f"{base}/yard/health"  # retained at connect, then as the state changes
+            while json.loads(retained(broker, health)[health])["state"] == "starting":
+                assert time.monotonic() < deadline + 15, "the camera's health stayed 'starting'"
+                time.sleep(0.5)
             for topic in yard:
                 check_discovery_config(topic, json.loads(held[topic]), "homeassistant")
 
@@ -74,7 +80,7 @@ def test_clip_events_reach_mqtt_as_the_webhook_gets_them(
             assert outcome["outcome"] == "applied", outcome
             held = retained(broker, "#")
             assert not [t for t in held if "yard" in t]  # configs and last cleared
-            assert len([t for t in held if t.startswith("homeassistant/") and "/gate_" in t]) == 2
+            assert len([t for t in held if t.startswith("homeassistant/") and "/gate_" in t]) == 5
             assert running.service.readiness()[1]["sinks"] == "ok"
         assert retained(broker, f"{base}/status")[f"{base}/status"] == b"offline"
         subscriber.stop()
