@@ -85,6 +85,7 @@ ITEMS: dict[str, dict[str, Any]] = {
     "known_plates.*": {"plates": [PLATE]},
     "cameras[].known_plates.*": {"plates": [PLATE]},
     "storage.retention_by_label[]": {"label": "staff", "days": 365},
+    "web.ice_servers[]": {"urls": ["turn:127.0.0.1:9"], "shared_secret": "turn-secret"},
 }
 #: Values a cross-field rule needs beside a field at one of its bounds (path, side) -> values.
 COMPANIONS: dict[tuple[str, str], dict[str, Any]] = {
