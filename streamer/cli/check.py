@@ -260,12 +260,21 @@ def _folders(settings: Settings) -> list[Awaitable[Finding]]:
 
 
 def _writable(item: str, path: Path) -> Finding:
+    """Whether the service can write ``path``: it makes the missing folders of it at start
+    (as streamer/foundation/sqlite_file.py and the events file do), so the nearest folder
+    that exists must be one this user may write in."""
     folder = path.parent
-    if not folder.is_dir():
-        return Finding(False, item, f"{folder} does not exist (for {path})")
-    writable = os.access(folder, os.W_OK | os.X_OK)
-    if not writable or (path.exists() and not os.access(path, os.W_OK)):
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        return Finding(False, item, f"{existing} is a file: no folder {folder} (for {path})")
+    if not os.access(existing, os.W_OK | os.X_OK) or (
+        path.exists() and not os.access(path, os.W_OK)
+    ):
         return Finding(False, item, f"{path} is not writable by this user")
+    if existing != folder:
+        return Finding(True, item, f"{path} can be written ({folder} made at start)")
     return Finding(True, item, f"{path} can be written")
 
 

@@ -141,9 +141,13 @@ def hook(site: dict[str, Any]) -> Iterator[int]:
 def test_a_good_site_checks_ok_item_by_item(
     tmp_path: Path, site: dict[str, Any], hook: int, triton_server: Any
 ) -> None:
-    code, lines = _check(_config(tmp_path, site, triton_server.grpc_url), "--probe-s", "1")
+    # The history's folder does not exist yet: the service makes it at start.
+    history = str(tmp_path / "data" / "events.sqlite3")
+    config = _config(tmp_path, site, triton_server.grpc_url, history=history)
+    code, lines = _check(config, "--probe-s", "1")
     print("\n".join(lines))
     assert code == 0, lines
+    assert "made at start" in next(line for line in lines if line.startswith("ok   history"))
     assert all(line.startswith("ok ") for line in lines), lines
     items = [line.split(": ", 1)[0].split(None, 1)[1] for line in lines]
     expected = {"config", f"triton {triton_server.grpc_url}", "camera gate", "camera yard"}
@@ -170,7 +174,7 @@ def test_a_good_site_checks_ok_item_by_item(
         ("wrong password", "mqtt", "refused"),
         ("broker down", "mqtt", "cannot connect"),
         ("webhook down", "webhook rx", "cannot connect"),
-        ("history folder missing", "history", "does not exist"),
+        ("history under a file", "history", "is a file"),
         ("embedded repository empty", "triton (embedded)", "is missing"),
     ],
 )
@@ -204,8 +208,9 @@ def test_each_broken_part_is_named_in_one_line(
         options["mqtt_port"] = _free_port()
     elif broken == "webhook down":
         options["webhook"] = f"http://127.0.0.1:{_free_port()}/hook"
-    elif broken == "history folder missing":
-        options["history"] = str(tmp_path / "no" / "such" / "folder" / "history.db")
+    elif broken == "history under a file":
+        (tmp_path / "a-file").write_text("not a folder")
+        options["history"] = str(tmp_path / "a-file" / "data" / "history.db")
     elif broken == "embedded repository empty":
         (tmp_path / "empty").mkdir()
         options["triton"] = f"{{model_repository: '{tmp_path / 'empty'}'}}"
