@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from streamer.config import MqttConfig
 from streamer.delivery import home_assistant as ha
 from streamer.delivery.consumer_config import deliverers_of
 from streamer.delivery.consumers import Consumers
+from streamer.delivery.mqtt_health import HealthPublisher
 from streamer.domain.cameras import CameraStatus
 from streamer.foundation.metrics import Metrics
 from streamer.foundation.shards import Shard, owner
@@ -366,3 +368,19 @@ async def test_the_plate_image_and_the_health_are_retained_and_cleared(tmp_path:
             assert "lpr/yard/health" not in retained(broker, "lpr/#")
         finally:
             await sink.close()
+
+
+def test_health_goes_out_at_once_on_a_state_change_and_rates_only_now_and_then() -> None:
+    """Rates change with every look; publishing each would be a retained message per camera
+    every few seconds. A new state or error goes at once, new rates after refresh_s."""
+    config = MqttConfig(host="broker", discovery={"node_id": "lpr"})
+    health = HealthPublisher(config, lambda: [], lambda: ["gate"], refresh_s=60.0)
+    first = ha.health_payload(_status("gate", "connected", 4.0))
+    assert health._due("gate", first)  # never published
+    health._published["gate"] = (first, time.monotonic())
+    assert not health._due("gate", first)
+    assert not health._due("gate", ha.health_payload(_status("gate", "connected", 3.0)))
+    assert health._due("gate", ha.health_payload(_status("gate", "reconnecting", 0.0)))
+    health._published["gate"] = (first, time.monotonic() - 61.0)  # a minute ago
+    assert health._due("gate", ha.health_payload(_status("gate", "connected", 3.0)))
+    assert not health._due("gate", first)  # nothing new to say
