@@ -410,8 +410,7 @@ class Service:
         configured = [c.name for c in change.settings.enabled_cameras]
         held = [name for name in configured if self.shard.holds(name)]
         if self.consumers is not None:  # before a replacement: the running ones know the old
-            areas = {c.name: c.area for c in change.settings.enabled_cameras}
-            await self.consumers.cameras_changed(held, configured, areas)
+            await self.consumers.cameras_changed(held, configured, change.settings.camera_areas)
         if change.delivery_changed:
             deliverers = self._deliverers(change.settings)
             if self.consumers is None:

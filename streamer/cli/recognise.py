@@ -82,7 +82,7 @@ from streamer.ingest.decode import declared_rate
 from streamer.ingest.frame_queue import FrameQueue
 from streamer.ingest.sampling import EVERY_FRAME
 from streamer.ingest.source import CameraSource
-from streamer.ops.startup import BLS_CONFIG
+from streamer.ops.startup import StartupError, check_model_repository, triton_start_error
 
 LOG = logging.getLogger("streamer")
 #: Frames decoded ahead of inference: the decode thread waits when this many are queued.
@@ -152,17 +152,14 @@ def run(args: argparse.Namespace) -> int:
             recognise(args.triton_url, args.path, args.every, args.timeout, progress=progress)
         )
     repository = DEFAULT_MODEL_REPOSITORY
-    if not (repository / BLS_CONFIG).is_file():
-        print(
-            f"error: the model repository {repository} is not built: run `make models`, or "
-            "give --triton-url of a running Triton",
-            file=sys.stderr,
-        )
+    try:
+        check_model_repository(repository, "give --triton-url of a running Triton")
+    except StartupError as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return 1
     # Here only: a run against a Triton of its own never imports the embedded one.
     from streamer.inference.embedded.errors import TritonStartError
     from streamer.inference.embedded.server import EmbeddedTriton
-    from streamer.ops.startup import triton_start_error
 
     LOG.info("starting the embedded Triton on %s", repository)
     try:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from streamer.foundation.paths import DEFAULT_MODEL_REPOSITORY
-from streamer.ops.startup import BLS_CONFIG, triton_start_error
+from streamer.ops.startup import StartupError, check_model_repository, triton_start_error
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -53,12 +53,10 @@ def run(args: argparse.Namespace) -> int:
     if not 0 <= args.grpc_port <= 65535:
         print(f"error: --grpc-port must be 0..65535, got {args.grpc_port}", file=sys.stderr)
         return 2
-    if not (args.model_repository / BLS_CONFIG).is_file():
-        print(
-            f"error: the model repository {args.model_repository} is not built: run "
-            "`make models`, or give --model-repository",
-            file=sys.stderr,
-        )
+    try:
+        check_model_repository(args.model_repository, "give --model-repository")
+    except StartupError as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return 1
     # Here only: the other commands never import the embedded Triton.
     from streamer.inference.embedded.errors import TritonStartError

@@ -167,6 +167,11 @@ class Settings(Section):
     def enabled_cameras(self) -> tuple[CameraConfig, ...]:
         return tuple(c for c in self.cameras if c.enabled)
 
+    @property
+    def camera_areas(self) -> dict[str, str | None]:
+        """Enabled camera -> where it is (``cameras[].area``)."""
+        return {c.name: c.area for c in self.enabled_cameras}
+
     def redacted(self) -> dict[str, Any]:
         """The settings as plain JSON-able data, safe to log: URLs redacted, token masked."""
         data = self.model_dump(mode="json")

@@ -80,7 +80,7 @@ def deliverers_of(
                 frames=frames,
                 configured=configured,
                 replica=replica,
-                areas={c.name: c.area for c in settings.enabled_cameras},
+                areas=settings.camera_areas,
                 camera_status=camera_status,
             )
         )

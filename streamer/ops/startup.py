@@ -34,13 +34,15 @@ def listen_error(exc: OSError, host: str, port: int, key: str) -> StartupError:
     return StartupError(f"cannot listen on {host}:{port} ({key}): {why}")
 
 
-def check_model_repository(repository: Path) -> None:
-    """Raise :class:`StartupError` unless ``repository`` holds a built plate_recognition."""
+def check_model_repository(
+    repository: Path, otherwise: str = "set triton.url to a running Triton"
+) -> None:
+    """Raise :class:`StartupError` unless ``repository`` holds a built plate_recognition;
+    ``otherwise``: what the caller can do instead of building it."""
     if not (repository / BLS_CONFIG).is_file():
         raise StartupError(
             f"the model repository {repository} is not built (no {BLS_CONFIG}): build it "
-            "with `make models` (or `python -m converters build --target cpu`), or set "
-            "triton.url to a running Triton"
+            f"with `make models` (or `python -m converters build --target cpu`), or {otherwise}"
         )
 
 

@@ -133,7 +133,6 @@ class WebServer:
         self._peers = PeerConnections(
             self._spawn, self._drop_if_idle, self._closing, connect_timeout_s, config.ice_servers
         )
-        self._ice = config.ice_servers
         self.webrtc_fallback_s = config.webrtc_fallback_s
         self._stop_lock = asyncio.Lock()
         self._stopped = False
@@ -260,7 +259,10 @@ class WebServer:
         return web.json_response(dump(Info, info))
 
     async def _webrtc_settings(self, request: web.Request) -> web.Response:
-        settings = {"ice_servers": ice_servers(self._ice), "fallback_s": self.webrtc_fallback_s}
+        settings = {
+            "ice_servers": ice_servers(self._peers.ice),
+            "fallback_s": self.webrtc_fallback_s,
+        }
         return web.json_response(dump(WebRtcSettings, settings))
 
     async def _shards(self, request: web.Request) -> web.Response:

@@ -123,7 +123,8 @@ class PeerConnections:
         ice: list[IceServerConfig] | None = None,
     ) -> None:
         self.connect_timeout_s = connect_timeout_s
-        self._ice = ice or []
+        #: The STUN and TURN servers of both ends (``web.ice_servers``).
+        self.ice = ice or []
         self._spawn = spawn
         self._release = release
         self._closing = closing
@@ -138,7 +139,7 @@ class PeerConnections:
         """A new viewer of ``camera`` on ``feed``: the answer to its offer ``sdp``; 400 when
         the offer is unusable, 503 when the server stops meanwhile."""
         pc = RTCPeerConnection(
-            RTCConfiguration(iceServers=[RTCIceServer(**s) for s in ice_servers(self._ice)])
+            RTCConfiguration(iceServers=[RTCIceServer(**s) for s in ice_servers(self.ice)])
         )
         viewer = Viewer(secrets.token_hex(4), camera, pc, feed.subscribe(), feed)
         self._viewers[pc] = viewer  # before any await: stop() sees it
